@@ -1,0 +1,196 @@
+"""Assemble a Forest from per-tree arrays: the one path every frontend takes.
+
+Frontends parse their format into :class:`Tree` values (tree-local node numbering,
+root = node 0) and call :func:`build_forest`. Values from a model file are untrusted:
+everything is converted here with range checks, so that a huge or fractional index in a
+file becomes a :class:`ModelFormatError` instead of wrapping around silently.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from ..errors import ModelFormatError
+from .forest import MAX_CATEGORY, MISSING_NAN, OP_CAT, OP_LT, Forest, LinearLeaves
+
+_INT32 = np.iinfo(np.int32)
+
+
+@dataclass
+class Tree:
+    """One tree as a frontend reads it; -1 children mark leaves.
+
+    ``categories`` maps a node to the categories for which its test holds (the node then
+    goes left and must have ``split_op`` ``OP_CAT``; the builder sets that). ``linear``
+    maps a leaf to ``(const, features, coefficients)``. Scalars broadcast to every node.
+    """
+
+    left: Sequence[int] | np.ndarray
+    right: Sequence[int] | np.ndarray
+    feature: Sequence[int] | np.ndarray
+    threshold: Sequence[float] | np.ndarray
+    leaf_value: Sequence[float] | np.ndarray
+    default_left: Sequence[bool] | np.ndarray | bool = False
+    split_op: Sequence[int] | np.ndarray | int = OP_LT
+    missing: Sequence[int] | np.ndarray | int = MISSING_NAN
+    categories: Mapping[int, Iterable[int]] | None = None
+    linear: Mapping[int, tuple[float, Sequence[int], Sequence[float]]] | None = None
+    output: int = 0
+
+
+def int_array(values: Any, what: str, lo: int = _INT32.min, hi: int = _INT32.max) -> np.ndarray:
+    """Whole numbers in [lo, hi] as int64, or ModelFormatError naming ``what``."""
+    try:
+        arr = np.asarray(values)
+        if arr.dtype.kind == "f":
+            if not np.all(np.isfinite(arr)) or np.any(arr != np.floor(arr)):
+                raise ModelFormatError(f"{what}: expected whole numbers")
+        elif arr.dtype.kind not in "iub" and arr.size:
+            raise ModelFormatError(f"{what}: expected integers, got {arr.dtype} values")
+        if arr.size and (arr.min() < lo or arr.max() > hi):
+            raise ModelFormatError(f"{what}: value out of range [{lo}, {hi}]")
+        return arr.astype(np.int64).reshape(-1)
+    except (TypeError, ValueError) as exc:
+        if isinstance(exc, ModelFormatError):
+            raise
+        raise ModelFormatError(f"{what}: expected a list of integers ({exc})") from None
+
+
+def float_array(values: Any, what: str) -> np.ndarray:
+    """Numbers as float64, or ModelFormatError naming ``what``."""
+    try:
+        arr = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ModelFormatError(f"{what}: expected numbers ({exc})") from None
+    return arr
+
+
+def _broadcast(value: Any, n: int, what: str, kind: str) -> np.ndarray:
+    arr = (np.asarray(value) if kind == "b" else int_array(value, what)).reshape(-1)
+    if arr.size == 1:
+        arr = np.repeat(arr, n)
+    if arr.size != n:
+        raise ModelFormatError(f"{what}: {arr.size} entries for {n} nodes")
+    return arr.astype(bool) if kind == "b" else arr
+
+
+def _bitset(cats: Iterable[int], what: str) -> np.ndarray:
+    c = int_array(list(cats), what, 0, MAX_CATEGORY)
+    words = np.zeros(int(c.max()) // 32 + 1 if c.size else 1, dtype=np.uint32)
+    np.bitwise_or.at(words, c // 32, (np.uint32(1) << (c % 32).astype(np.uint32)))
+    return words
+
+
+def build_forest(trees: Sequence[Tree], *, n_features: int, n_outputs: int,
+                 base_score: Any = 0.0, linear_leaves: bool = False,
+                 **model: Any) -> Forest:
+    """Concatenate trees into a validated :class:`Forest`.
+
+    ``model`` holds the Forest's model-level fields (``post_transform``, ``average``,
+    ``input_dtype``, ``source``, ...). ``base_score`` broadcasts to ``n_outputs``.
+    """
+    cols: dict[str, list[np.ndarray]] = {k: [] for k in (
+        "feature", "threshold", "left", "right", "default_left", "split_op", "missing",
+        "cat_offset", "cat_words", "leaf_value")}
+    lin_off, lin_cnt, lin_const, lin_feat, lin_coeff = [], [], [], [], []
+    bitset: list[np.ndarray] = []
+    n_bitset = 0
+    n_lin = 0
+    sizes, outputs = [], []
+    for t, tree in enumerate(trees):
+        where = f"tree {t}"
+        left = int_array(tree.left, f"{where}: left children")
+        right = int_array(tree.right, f"{where}: right children")
+        n = len(left)
+        if n == 0:
+            raise ModelFormatError(f"{where}: has no nodes")
+        if len(right) != n:
+            raise ModelFormatError(f"{where}: {n} left children but {len(right)} right")
+        leaf = left < 0
+        feature = _broadcast(tree.feature, n, f"{where}: features", "i")
+        threshold = float_array(tree.threshold, f"{where}: thresholds").reshape(-1)
+        if threshold.size != n:
+            raise ModelFormatError(f"{where}: {threshold.size} thresholds for {n} nodes")
+        value = float_array(tree.leaf_value, f"{where}: leaf values")
+        if value.ndim == 1:
+            value = value[:, None]
+        if value.ndim != 2 or value.shape[0] != n:
+            raise ModelFormatError(f"{where}: leaf values of shape {value.shape} for "
+                                   f"{n} nodes")
+        split_op = _broadcast(tree.split_op, n, f"{where}: split operators", "i")
+        cat_offset = np.zeros(n, dtype=np.int64)
+        cat_words = np.zeros(n, dtype=np.int64)
+        for node, cats in (tree.categories or {}).items():
+            if not 0 <= node < n:
+                raise ModelFormatError(f"{where}: categories given for node {node}, "
+                                       f"which does not exist")
+            words = _bitset(cats, f"{where}, node {node}: categories")
+            split_op[node] = OP_CAT
+            cat_offset[node] = n_bitset
+            cat_words[node] = len(words)
+            bitset.append(words)
+            n_bitset += len(words)
+        # Leaves get feature 0 and threshold 0 so that code which loads a leaf's split
+        # fields (self-looping leaves, padded walks) stays in bounds.
+        feature = np.where(leaf, 0, feature)
+        threshold = np.where(leaf, 0.0, threshold)
+        cols["feature"].append(feature)
+        cols["threshold"].append(threshold)
+        cols["left"].append(left)
+        cols["right"].append(right)
+        cols["default_left"].append(_broadcast(tree.default_left, n,
+                                               f"{where}: default directions", "b"))
+        cols["split_op"].append(split_op)
+        cols["missing"].append(_broadcast(tree.missing, n, f"{where}: missing rules", "i"))
+        cols["cat_offset"].append(cat_offset)
+        cols["cat_words"].append(cat_words)
+        cols["leaf_value"].append(value)
+        if linear_leaves:
+            off = np.zeros(n, dtype=np.int64)
+            cnt = np.zeros(n, dtype=np.int64)
+            const = value[:, 0].copy()
+            for node, (c0, feats, coeffs) in (tree.linear or {}).items():
+                if not 0 <= node < n:
+                    raise ModelFormatError(f"{where}: linear model for node {node}, "
+                                           f"which does not exist")
+                feats = int_array(feats, f"{where}, node {node}: linear features")
+                coeffs = float_array(coeffs, f"{where}, node {node}: linear coefficients")
+                if feats.shape != coeffs.reshape(-1).shape:
+                    raise ModelFormatError(f"{where}, node {node}: {len(feats)} linear "
+                                           f"features but {coeffs.size} coefficients")
+                off[node], cnt[node], const[node] = n_lin, len(feats), float(c0)
+                lin_feat.append(feats)
+                lin_coeff.append(coeffs.reshape(-1))
+                n_lin += len(feats)
+            lin_off.append(off)
+            lin_cnt.append(cnt)
+            lin_const.append(const)
+        sizes.append(n)
+        outputs.append(tree.output)
+    if not trees:
+        raise ModelFormatError("the model has no trees")
+    widths = {v.shape[1] for v in cols["leaf_value"]}
+    if len(widths) != 1:
+        raise ModelFormatError(f"trees disagree on the leaf width: {sorted(widths)}")
+    arrays = {k: np.concatenate(v) for k, v in cols.items()}
+    linear = None
+    if linear_leaves:
+        linear = LinearLeaves(
+            offset=np.concatenate(lin_off), count=np.concatenate(lin_cnt),
+            const=np.concatenate(lin_const),
+            feature=np.concatenate(lin_feat) if lin_feat else np.zeros(0, np.int32),
+            coeff=np.concatenate(lin_coeff) if lin_coeff else np.zeros(0))
+    base = np.broadcast_to(float_array(base_score, "base score").reshape(-1), (n_outputs,)) \
+        if np.size(base_score) in (1, n_outputs) else None
+    if base is None:
+        raise ModelFormatError(f"{np.size(base_score)} base scores for {n_outputs} outputs")
+    return Forest(
+        **arrays,
+        tree_offsets=np.concatenate([[0], np.cumsum(sizes)]),
+        tree_output=int_array(outputs, "tree outputs"),
+        cat_bitset=np.concatenate(bitset) if bitset else np.zeros(0, np.uint32),
+        n_features=n_features, n_outputs=n_outputs, base_score=base,
+        linear=linear, **model)

@@ -1,0 +1,78 @@
+"""Prediction inputs → one float64 matrix holding exactly the values the library compares.
+
+Every evaluator (the reference now, compiled predictors later) takes its rows through
+:func:`as_matrix`, so that all of them agree on what a DataFrame, a categorical column or
+a float64 value means for a given model.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..errors import InputError
+
+
+def _is_dataframe(X: Any) -> bool:
+    return type(X).__module__.split(".")[0] == "pandas" and hasattr(X, "columns")
+
+
+def _frame_to_array(X: Any, forest: Any) -> np.ndarray:
+    import pandas as pd
+
+    known = forest.pandas_categories or {}
+    columns = []
+    for name in X.columns:
+        col = X[name]
+        if isinstance(col.dtype, pd.CategoricalDtype):
+            if str(name) in known:
+                # The training library's categories fix the codes; a category it never
+                # saw is missing, as it is for the library.
+                training = pd.Index(known[str(name)])
+                codes = training.get_indexer(col.astype(object).where(col.notna(), None))
+            else:
+                codes = col.cat.codes.to_numpy()
+            values = codes.astype(np.float64)
+            values[codes < 0] = np.nan
+        elif col.dtype.kind in "fiub":
+            values = col.to_numpy(dtype=np.float64, na_value=np.nan)
+        else:
+            try:
+                values = col.to_numpy(dtype=np.float64, na_value=np.nan)
+            except (TypeError, ValueError):
+                raise InputError(
+                    f"column {name!r} has non-numeric dtype {col.dtype}; expected numbers "
+                    f"or a pandas categorical") from None
+        columns.append(values)
+    if not columns:
+        return np.zeros((len(X), 0))
+    return np.column_stack(columns)
+
+
+def as_matrix(X: Any, forest: Any) -> np.ndarray:
+    """Check ``X`` against ``forest`` and return float64 rows rounded through its input dtype.
+
+    >>> as_matrix([[1.0, 2.0]], forest).shape                  # doctest: +SKIP
+    (1, 2)
+    """
+    if _is_dataframe(X):
+        arr = _frame_to_array(X, forest)
+    else:
+        if hasattr(X, "tocsr") or type(X).__module__.startswith("scipy.sparse"):
+            raise InputError("sparse matrices are not supported yet; pass a dense array")
+        try:
+            arr = np.asarray(X)
+        except (TypeError, ValueError) as exc:
+            raise InputError(f"cannot read the input as an array: {exc}") from None
+        if arr.dtype.kind not in "fiub":
+            raise InputError(f"input has dtype {arr.dtype}; expected numbers "
+                             f"(float32 or float64)")
+    if arr.ndim != 2:
+        hint = " (for one row use X.reshape(1, -1))" if arr.ndim == 1 else ""
+        raise InputError(f"input must be 2-D (rows, features); got {arr.ndim}-D "
+                         f"shape {arr.shape}{hint}")
+    if arr.shape[1] != forest.n_features:
+        raise InputError(f"the model expects {forest.n_features} features (columns) but "
+                         f"the input has {arr.shape[1]}")
+    return arr.astype(forest.input_dtype, copy=False).astype(np.float64)

@@ -1,0 +1,30 @@
+"""Shared assertions for the parity tests."""
+
+from __future__ import annotations
+
+import numpy as np
+
+RTOL = 1e-5
+
+
+def assert_parity(actual, expected, what: str = "") -> None:
+    """``actual`` equals the library's ``expected`` within 1e-5 relative.
+
+    Relative to the scale of the whole result, so that outputs that are nearly zero
+    (margins that cancel) are compared at the precision the library computed them in.
+    """
+    actual = np.asarray(actual, dtype=np.float64)
+    expected = np.asarray(expected, dtype=np.float64)
+    assert actual.shape == expected.shape, (
+        f"{what}: shape {actual.shape} differs from the library's {expected.shape}")
+    scale = max(1.0, float(np.nanmax(np.abs(expected)))) if expected.size else 1.0
+    np.testing.assert_allclose(actual, expected, rtol=RTOL, atol=RTOL * scale * 0.1,
+                               err_msg=what)
+
+
+def with_nans(X: np.ndarray, rate: float, seed: int = 0) -> np.ndarray:
+    """A copy of X with a fraction ``rate`` of its entries set to NaN."""
+    rng = np.random.default_rng(seed)
+    X = np.array(X, dtype=np.float32, copy=True)
+    X[rng.random(X.shape) < rate] = np.nan
+    return X
