@@ -40,7 +40,9 @@ def _go_left(f: Forest, node: np.ndarray, x: np.ndarray) -> np.ndarray:
     if is_cat.any():
         with np.errstate(invalid="ignore"):
             c = np.trunc(x)
-            valid = np.isfinite(x) & (c >= 0) & (c < f.cat_words[node].astype(np.float64) * 32)
+            negative = (c < 0) if f.category_rule == "truncate" else (x < 0)
+            valid = (np.isfinite(x) & ~negative
+                     & (c < f.cat_words[node].astype(np.float64) * 32))
             if f.category_rule == "exact":
                 valid &= c == x
         ci = np.where(valid, c, 0).astype(np.int64)
@@ -49,7 +51,7 @@ def _go_left(f: Forest, node: np.ndarray, x: np.ndarray) -> np.ndarray:
         in_set = valid & (((words.astype(np.int64) >> (ci % 32)) & 1) == 1)
         holds = np.where(is_cat, in_set, holds)
         if f.negative_category == "missing":
-            is_missing = is_missing | (is_cat & (x < 0))
+            is_missing = is_missing | (is_cat & negative)
     return np.where(is_missing, f.default_left[node], holds)
 
 

@@ -18,10 +18,12 @@ Split semantics, applied in this order at an internal node with input value ``x`
    ``cat_offset`` in ``cat_bitset``). Libraries whose matching side is the right one
    (XGBoost) or whose operators are ``>``, ``>=`` or ``!=`` (ONNX) are normalised by
    swapping the children, so "left" always means "the test holds".
-3. A value names category ``c`` by ``category_rule``: ``"truncate"`` — ``c = trunc(x)``
-   (XGBoost, LightGBM, scikit-learn); ``"exact"`` — only when ``x`` is a whole number
-   (ONNX's set membership). Negative values are "not in the set", or take the default
-   direction when ``negative_category == "missing"`` (scikit-learn's HistGradientBoosting).
+3. A value names category ``c = trunc(x)`` by ``category_rule``: ``"truncate"`` — any
+   ``x`` whose truncation is not negative, so ``-0.7`` names category 0 (LightGBM's integer
+   cast); ``"nonnegative"`` — any ``x >= 0`` (XGBoost, scikit-learn); ``"exact"`` — only a
+   whole ``x >= 0`` (ONNX's set membership). Values that are negative under the rule are
+   "not in the set", or take the default direction when ``negative_category ==
+   "missing"``; values too large for the node's bitset, and infinities, are not in it.
 
 A tree adds ``leaf_value[leaf]`` (``leaf_width`` numbers) to outputs
 ``tree_output[t] : tree_output[t] + leaf_width``. Linear leaves (LightGBM) replace the
@@ -321,7 +323,7 @@ def _validate(f: Forest) -> np.ndarray:
         raise ModelFormatError(f"unknown post-transform {f.post_transform!r}")
     if f.input_dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
         raise ModelFormatError(f"input dtype must be float32 or float64, not {f.input_dtype}")
-    if f.category_rule not in ("truncate", "exact"):
+    if f.category_rule not in ("truncate", "nonnegative", "exact"):
         raise ModelFormatError(f"unknown category rule {f.category_rule!r}")
     if f.negative_category not in ("not_in_set", "missing"):
         raise ModelFormatError(f"unknown negative-category rule {f.negative_category!r}")
