@@ -58,6 +58,54 @@ def _sigmoid_pair(margin: np.ndarray, params: dict) -> np.ndarray:
     return np.hstack([1.0 - p, p])
 
 
+def _isolation_score(margin: np.ndarray, params: dict) -> np.ndarray:
+    # scikit-learn's IsolationForest: the margin is the mean path length; c is the
+    # average path length of a tree grown on max_samples_ rows (0 for one row, where
+    # sklearn fixes the ratio at 1). offset=offset_ gives decision_function, 0 gives
+    # score_samples.
+    c = float(params["c"])
+    ratio = margin / c if c != 0 else np.ones_like(margin)
+    return -(2.0 ** -ratio) - float(params.get("offset", 0.0))
+
+
+def _isolation_label(margin: np.ndarray, params: dict) -> np.ndarray:
+    # IsolationForest.predict: -1 (outlier) where decision_function < 0, else +1.
+    return np.where(_isolation_score(margin, params) < 0, -1.0, 1.0)
+
+
+def _onnx_probit(margin: np.ndarray, params: dict) -> np.ndarray:
+    # onnxruntime's PROBIT is sqrt(2) * erfinv(2p - 1) with its own float32 erfinv: the
+    # Winitzki approximation with a = 0.147 (onnxruntime ml_common.h, ErfInv). Every step
+    # is float32 there, so it is here; p outside (0, 1) gives NaN or inf there too.
+    f = np.float32
+    x = f(2) * margin.astype(f) - f(1)
+    with np.errstate(all="ignore"):
+        sign = np.where(x < 0, f(-1), f(1))
+        x = (f(1) - x) * (f(1) + x)
+        log = np.log(x)
+        v = f(2) / (f(np.pi) * f(0.147)) + f(0.5) * log
+        v2 = f(1) / f(0.147) * log
+        v3 = -v + np.sqrt(v * v - v2)
+        return (f(np.sqrt(2)) * (sign * np.sqrt(v3))).astype(np.float64)
+
+
+def _onnx_softmax_zero(margin: np.ndarray, params: dict) -> np.ndarray:
+    # onnxruntime's SOFTMAX_ZERO: scores within 1e-7 of zero (tested in float32) stay out of
+    # the sum and come out as score * exp(-max), i.e. (nearly) zero; an all-zero row is 0/0.
+    vmax = margin.max(axis=1, keepdims=True)
+    counted = np.abs(margin.astype(np.float32)) > np.float32(1e-7)
+    with np.errstate(all="ignore"):
+        e = np.where(counted, np.exp(margin - vmax), margin * np.exp(-vmax))
+        return e / np.where(counted, e, 0.0).sum(axis=1, keepdims=True)
+
+
+def _onnx_binary_logistic(margin: np.ndarray, params: dict) -> np.ndarray:
+    # onnxruntime's binary classifier with one score column s: [1 - sigmoid(s), sigmoid(s)],
+    # where the margin (what it outputs without post-transform) holds s in column 1.
+    p = _sigmoid(margin[:, 1:2], params)
+    return np.hstack([1.0 - p, p])
+
+
 TRANSFORMS: dict[str, Transform] = {
     "identity": lambda margin, params: margin,
     "sigmoid": _sigmoid,
@@ -68,6 +116,11 @@ TRANSFORMS: dict[str, Transform] = {
     "signed_square": _signed_square,
     "log1p_exp": _log1p_exp,
     "sigmoid_pair": _sigmoid_pair,
+    "isolation_score": _isolation_score,
+    "isolation_label": _isolation_label,
+    "onnx_probit": _onnx_probit,
+    "onnx_softmax_zero": _onnx_softmax_zero,
+    "onnx_binary_logistic": _onnx_binary_logistic,
 }
 
 

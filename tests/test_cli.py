@@ -1,0 +1,56 @@
+"""The silvanforge command line, run in-process."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from silvanforge import cli, load, reference
+
+xgb = pytest.importorskip("xgboost", reason="xgboost is part of the dev extra")
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(200, 3)).astype(np.float32)
+    y = (X[:, 0] > 0).astype(int)
+    booster = xgb.train({"objective": "binary:logistic", "max_depth": 3},
+                        xgb.DMatrix(X, label=y), num_boost_round=5)
+    path = tmp_path_factory.mktemp("cli") / "model.json"
+    booster.save_model(path)
+    return path, X
+
+
+def test_inspect(model, capsys):
+    assert cli.main(["inspect", str(model[0])]) == 0
+    assert "trees 5, features 3" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("output", ["value", "margin"])
+def test_predict_matches_the_reference(model, tmp_path, output):
+    path, X = model
+    data = tmp_path / "rows.csv"
+    np.savetxt(data, X[:20], delimiter=",")
+    out = tmp_path / "out.csv"
+    assert cli.main(["predict", str(path), str(data), "--output", output,
+                     "--out", str(out)]) == 0
+    expected = reference.predict(load(path), X[:20], output=output)
+    np.testing.assert_allclose(np.loadtxt(out), expected, rtol=1e-8)
+
+
+def test_errors_are_messages_not_tracebacks(model, tmp_path, capsys):
+    bad = tmp_path / "rows.csv"
+    np.savetxt(bad, np.zeros((2, 5)), delimiter=",")
+    assert cli.main(["predict", str(model[0]), str(bad)]) == 2
+    assert "expects 3 features" in capsys.readouterr().err
+    assert cli.main(["inspect", str(tmp_path / "missing.json")]) == 2
+    assert "cannot read" in capsys.readouterr().err
+
+
+def test_every_command_has_help(capsys):
+    for argv in (["--help"], ["inspect", "--help"], ["predict", "--help"]):
+        with pytest.raises(SystemExit) as exit_:
+            cli.main(argv)
+        assert exit_.value.code == 0
+        assert "usage: silvanforge" in capsys.readouterr().out

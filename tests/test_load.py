@@ -1,0 +1,94 @@
+"""load(): format detection and the refusal of everything that is not a model."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import zlib
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import silvanforge
+from silvanforge.errors import ModelFormatError, SilvanForgeError, UnsupportedModelError
+from silvanforge.frontends import detect_format
+
+
+class _Trap:
+    """Unpickling this writes a file: proof that code ran."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+@pytest.mark.parametrize("wrap", [lambda b: b, zlib.compress])
+def test_pickles_are_refused_not_run(tmp_path, wrap):
+    sentinel = tmp_path / "code-ran"
+    model = tmp_path / "model.json"
+    model.write_bytes(wrap(pickle.dumps(_Trap(str(sentinel)))))
+    with pytest.raises(ModelFormatError, match="pickle") as err:
+        silvanforge.load(model)
+    assert str(model) in str(err.value)
+    assert not sentinel.exists()
+
+
+def test_empty_file_names_the_file(tmp_path):
+    path = tmp_path / "empty.json"
+    path.write_bytes(b"")
+    with pytest.raises(ModelFormatError, match=f"{path}: the file is empty"):
+        silvanforge.load(str(path))
+
+
+def test_missing_file_and_directory(tmp_path):
+    with pytest.raises(ModelFormatError, match="cannot read"):
+        silvanforge.load(tmp_path / "nope.json")
+    with pytest.raises(ModelFormatError, match="cannot read"):
+        silvanforge.load(tmp_path)
+
+
+def test_unrecognised_bytes():
+    with pytest.raises(ModelFormatError, match="unrecognised model format"):
+        silvanforge.load(b"hello, world")
+
+
+def test_legacy_xgboost_binary_is_unsupported():
+    with pytest.raises(UnsupportedModelError, match="legacy binary"):
+        silvanforge.load(b"binf" + bytes(100))
+
+
+@pytest.mark.parametrize("obj", [{"learner": {}}, [1, 2], 3.5, None, np.zeros(3)])
+def test_objects_that_are_not_models(obj):
+    with pytest.raises(UnsupportedModelError, match="cannot load"):
+        silvanforge.load(obj)
+
+
+def test_detection_is_by_content(tmp_path):
+    assert detect_format(b'  {"learner": 1}') == "xgboost"
+    assert detect_format(b"{L\x00\x00\x00\x00\x00\x00\x00\x07learner") == "xgboost"
+    assert detect_format(b"tree\nversion=v4\n") == "lightgbm"
+    assert detect_format(b"tree\r\nversion=v3\r\n") == "lightgbm"
+    assert detect_format(b"\x08\x07\x12\x04skl2") == "onnx"
+
+
+@pytest.mark.parametrize("prefix", [b"", b"{", b'{"', b"{L", b"tree\n", b"\x08\x07"])
+@settings(max_examples=60)
+@given(tail=st.binary(max_size=300))
+def test_arbitrary_bytes_raise_our_errors(prefix, tail):
+    """Whatever the bytes, load() answers with a SilvanForgeError or a valid Forest."""
+    try:
+        forest = silvanforge.load(prefix + tail)
+    except SilvanForgeError:
+        return
+    assert isinstance(forest, silvanforge.Forest)
+
+
+def test_load_accepts_path_like_and_str(tmp_path):
+    path = tmp_path / "m.txt"
+    path.write_bytes(b"garbage")
+    for source in (path, str(path), os.fsencode(str(path)).decode()):
+        with pytest.raises(ModelFormatError, match="m.txt"):
+            silvanforge.load(source)
