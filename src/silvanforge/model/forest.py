@@ -20,8 +20,8 @@ Split semantics, applied in this order at an internal node with input value ``x`
    swapping the children, so "left" always means "the test holds".
 3. A value names category ``c = trunc(x)`` by ``category_rule``: ``"truncate"`` — any
    ``x`` whose truncation is not negative, so ``-0.7`` names category 0 (LightGBM's integer
-   cast); ``"nonnegative"`` — any ``x >= 0`` (XGBoost, scikit-learn); ``"exact"`` — only a
-   whole ``x >= 0`` (ONNX's set membership). Values that are negative under the rule are
+   cast); ``"nonnegative"`` — any ``x >= 0`` (XGBoost); ``"exact"`` — only a whole
+   ``x >= 0`` (ONNX's set membership, scikit-learn's HistGradientBoosting encoder). Values that are negative under the rule are
    "not in the set", or take the default direction when ``negative_category ==
    "missing"``; values too large for the node's bitset, and infinities, are not in it.
 
