@@ -177,7 +177,13 @@ def test_missing_rules():
                             default_left=[default_left, False, False]),
                       n_features=1, input_dtype=np.float64)
         assert reference.predict(f, x).tolist() == expected, (rule, default_left, t)
-    assert ZERO_THRESHOLD == 1e-35
+    # LightGBM's kZeroThreshold is 1e-35f: exactly float32(1e-35) is still "zero".
+    assert ZERO_THRESHOLD == float(np.float32(1e-35))
+    f = forest_of(stump(threshold=1.0, split_op=OP_LE, missing=MISSING_ZERO,
+                        default_left=[False, False, False]), n_features=1,
+                  input_dtype=np.float64)
+    x = np.array([[np.float32(1e-35)], [np.nextafter(ZERO_THRESHOLD, 1)]])
+    assert reference.predict(f, x).tolist() == [2.0, 1.0]
 
 
 def test_categorical_rules():
@@ -217,6 +223,16 @@ def test_average_vector_leaves_and_transforms():
     value = reference.predict(f, np.array([[0.0, 0.0]]))
     e = np.exp([0.5, 0.0])
     np.testing.assert_allclose(value, [e / e.sum()])
+
+
+def test_margin_of_an_averaging_model_can_be_the_sum():
+    f = forest_of(stump(values=(1.0, 2.0)), stump(values=(3.0, 6.0)), average=True,
+                  base_score=0.5, post_transform="exp")
+    x = np.array([[0.0, 0.0], [1.0, 0.0]])
+    assert reference.predict(f, x, output="margin").tolist() == [2.5, 4.5]
+    raw_sum = f.replace(average_in_margin=False)
+    assert reference.predict(raw_sum, x, output="margin").tolist() == [4.5, 8.5]
+    np.testing.assert_array_equal(reference.predict(raw_sum, x), np.exp([2.5, 4.5]))
 
 
 def test_scalar_trees_add_to_their_output():
@@ -275,6 +291,10 @@ def test_dataframes():
     rows = np.array([[2, 0.0], [1, 1.0], [0, np.nan], [np.nan, 0.25]])
     np.testing.assert_array_equal(reference.predict(own_codes, df),
                                   reference.predict(own_codes, rows))
+    # A sequence matches the frame's categorical columns in order, whatever their names.
+    positional = f.replace(pandas_categories=[("x", "y", "z")])
+    np.testing.assert_array_equal(reference.predict(positional, df.rename(columns={"c": "q"})),
+                                  reference.predict(f, df))
     with pytest.raises(InputError, match="column 'n'"):
         reference.predict(f, df.assign(n=["a", "b", "c", "d"]))
 

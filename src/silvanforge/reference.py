@@ -99,8 +99,8 @@ def _leaf_values(f: Forest, X: np.ndarray, leaf: np.ndarray) -> np.ndarray:
     return np.where(nan_found, values[..., 0], out)[..., None]
 
 
-def margin_of(f: Forest, X: np.ndarray) -> np.ndarray:
-    """(rows, n_outputs) margins of float64 rows already checked by ``as_matrix``."""
+def tree_sums(f: Forest, X: np.ndarray) -> np.ndarray:
+    """(rows, n_outputs) per-output sums of the trees, for rows checked by ``as_matrix``."""
     margin = np.zeros((len(X), f.n_outputs))
     chunk = max(1, _CELLS_PER_CHUNK // max(1, f.n_trees))
     for start in range(0, len(X), chunk):
@@ -111,9 +111,7 @@ def margin_of(f: Forest, X: np.ndarray) -> np.ndarray:
         else:
             for k in range(f.n_outputs):
                 margin[start:start + chunk, k] = values[:, f.tree_output == k, 0].sum(axis=1)
-    if f.average:
-        margin /= np.maximum(f.trees_per_output(), 1)
-    return margin + f.base_score
+    return margin
 
 
 def predict(forest: Forest, X: Any, output: str = "value") -> np.ndarray:
@@ -127,9 +125,14 @@ def predict(forest: Forest, X: Any, output: str = "value") -> np.ndarray:
     """
     if output not in ("value", "margin"):
         raise InputError(f"output must be 'value' or 'margin', not {output!r}")
-    margin = margin_of(forest, as_matrix(X, forest))
-    result = margin if output == "margin" else transforms.apply(
-        forest.post_transform, forest.transform_params, margin)
+    sums = tree_sums(forest, as_matrix(X, forest))
+    if output == "margin" and not forest.average_in_margin:
+        result = sums + forest.base_score
+    else:
+        averaged = sums / np.maximum(forest.trees_per_output(), 1) if forest.average else sums
+        result = averaged + forest.base_score
+        if output == "value":
+            result = transforms.apply(forest.post_transform, forest.transform_params, result)
     if forest.flat_output and result.shape[1] == 1:
         return result[:, 0]
     return result

@@ -9,7 +9,8 @@ Split semantics, applied in this order at an internal node with input value ``x`
 (already cast to ``input_dtype``, the precision the source library compares in):
 
 1. ``missing`` rule: ``MISSING_NAN`` — a NaN takes the default direction;
-   ``MISSING_ZERO`` — a NaN becomes 0.0, and ``|x| <= 1e-35`` takes the default direction;
+   ``MISSING_ZERO`` — a NaN becomes 0.0, and ``|x| <= ZERO_THRESHOLD`` (LightGBM's
+   ``1e-35f``) takes the default direction;
    ``MISSING_NONE`` — a NaN becomes 0.0 and is compared like any value (LightGBM's three
    ``missing_type`` values; every other library uses ``MISSING_NAN``).
 2. ``split_op``: ``OP_LT`` goes left when ``x < threshold``, ``OP_LE`` when
@@ -28,9 +29,16 @@ Split semantics, applied in this order at an internal node with input value ``x`
 A tree adds ``leaf_value[leaf]`` (``leaf_width`` numbers) to outputs
 ``tree_output[t] : tree_output[t] + leaf_width``. Linear leaves (LightGBM) replace the
 constant by ``const + sum(coeff * x[feature])`` unless one of those features is NaN. The
-margin is the per-output sum, divided by the number of trees of that output when
-``average`` is set, plus ``base_score``; ``post_transform`` (see ``transforms``) turns it
-into the library's predicted value.
+per-output sum, divided by the number of trees of that output when ``average`` is set,
+plus ``base_score``, is what ``post_transform`` (see ``transforms``) turns into the
+library's predicted value. The margin is that same number, except where the library's
+raw score is the plain sum of an averaging model (LightGBM's random forests):
+``average_in_margin=False`` says so.
+
+``pandas_categories`` gives the training categories of pandas categorical columns, whose
+index in that list is the code the trees see: a mapping matches columns by name (XGBoost,
+scikit-learn); a sequence of lists matches the frame's categorical columns in order
+(LightGBM, which stores no column names for them).
 """
 
 from __future__ import annotations
@@ -48,7 +56,8 @@ OP_LT, OP_LE, OP_EQ, OP_CAT = 0, 1, 2, 3
 OP_NAMES = {OP_LT: "<", OP_LE: "<=", OP_EQ: "==", OP_CAT: "in"}
 MISSING_NAN, MISSING_ZERO, MISSING_NONE = 0, 1, 2
 MISSING_NAMES = {MISSING_NAN: "nan", MISSING_ZERO: "zero", MISSING_NONE: "none"}
-ZERO_THRESHOLD = 1e-35
+# LightGBM's kZeroThreshold is the float 1e-35f, compared after promotion to double.
+ZERO_THRESHOLD = float(np.float32(1e-35))
 # Categories are whole numbers a float32 holds exactly; the bound also keeps a hostile
 # model from asking for a huge bitset.
 MAX_CATEGORY = 2**24 - 1
@@ -114,6 +123,7 @@ class Forest:
     n_outputs: int
     base_score: np.ndarray  # (n_outputs,)
     average: bool = False
+    average_in_margin: bool = True
     post_transform: str = "identity"
     transform_params: Mapping[str, Any] = field(default_factory=dict)
     input_dtype: Any = np.float32
@@ -122,7 +132,7 @@ class Forest:
     flat_output: bool = True
     linear: LinearLeaves | None = None
     feature_names: tuple[str, ...] | None = None
-    pandas_categories: Mapping[str, tuple] | None = None
+    pandas_categories: Mapping[str, tuple] | tuple[tuple, ...] | None = None
     class_labels: tuple | None = None
     objective: str = ""
     source: str = ""
@@ -143,9 +153,12 @@ class Forest:
         set_(self, "n_outputs", int(self.n_outputs))
         set_(self, "input_dtype", np.dtype(self.input_dtype))
         set_(self, "transform_params", MappingProxyType(dict(self.transform_params)))
-        if self.pandas_categories is not None:
+        cats = self.pandas_categories
+        if isinstance(cats, Mapping):
             set_(self, "pandas_categories", MappingProxyType(
-                {str(k): tuple(v) for k, v in self.pandas_categories.items()}))
+                {str(k): tuple(v) for k, v in cats.items()}))
+        elif cats is not None:
+            set_(self, "pandas_categories", tuple(tuple(v) for v in cats))
         if self.feature_names is not None:
             set_(self, "feature_names", tuple(str(n) for n in self.feature_names))
         if self.class_labels is not None:
@@ -253,7 +266,8 @@ class Forest:
             f"  split predicate {self.predicate or 'mixed'}"
             + (", categorical splits" if self.has_categorical else "")
             + (", linear leaves" if self.linear is not None else ""),
-            f"  margin = {'mean' if self.average else 'sum'} of trees + base score"
+            f"  margin = {'mean' if self.average and self.average_in_margin else 'sum'}"
+            f" of trees + base score"
             f" {np.array2string(self.base_score, precision=6, threshold=6)}",
             f"  post-transform {self.post_transform}"
             + (f" {dict(self.transform_params)}" if self.transform_params else ""),

@@ -7,7 +7,7 @@ a float64 value means for a given model.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -21,7 +21,16 @@ def _is_dataframe(X: Any) -> bool:
 def _frame_to_array(X: Any, forest: Any) -> np.ndarray:
     import pandas as pd
 
-    known = forest.pandas_categories or {}
+    known = forest.pandas_categories
+    if known is not None and not isinstance(known, Mapping):
+        # Matched by position among the frame's categorical columns (LightGBM).
+        cat_columns = [name for name in X.columns
+                       if isinstance(X[name].dtype, pd.CategoricalDtype)]
+        if len(cat_columns) != len(known):
+            raise InputError(f"the model was trained on a frame with {len(known)} pandas "
+                             f"categorical columns; this frame has {len(cat_columns)}")
+        known = {str(name): cats for name, cats in zip(cat_columns, known)}
+    known = known or {}
     columns = []
     for name in X.columns:
         col = X[name]
