@@ -597,9 +597,19 @@ def test_hist_gradient_boosting_numeric_pandas_categories_and_names():
     by_name = ensemble.HistGradientBoostingRegressor(
         max_iter=5, categorical_features=["code"], random_state=0).fit(df[["code", "x"]], y)
     forest = silvanforge.load(by_name)
-    assert forest.has_categorical and forest.pandas_categories is None
+    assert forest.has_categorical and forest.pandas_categories == {}
     assert_parity(reference.predict(forest, test[["code", "x"]]),
                   by_name.predict(test[["code", "x"]]), "by name")
+    # A pandas categorical column of numbers that scikit-learn has no encoder for is read
+    # by its values, not by the dtype's codes, by HistGB (declared by mask) and by trees.
+    shuffled = test.assign(level=pd.Categorical(test.level.astype(float),
+                                                categories=[50.0, 35.0, 20.0, 10.0]))
+    for est in (ensemble.HistGradientBoostingRegressor(max_iter=5, random_state=0,
+                                                       categorical_features=[0]),
+                ensemble.RandomForestRegressor(n_estimators=3, random_state=0)):
+        est.fit(df, y)
+        assert_parity(reference.predict(silvanforge.load(est), shuffled),
+                      est.predict(shuffled), f"{type(est).__name__}, categorical by value")
 
 
 def test_early_stopped_boosting():

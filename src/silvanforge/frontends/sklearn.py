@@ -125,15 +125,19 @@ def _require_fitted(obj: Any) -> None:
             f"loading it") from None
 
 
-def _source() -> str:
+def _described(obj: Any, pandas: dict[str, tuple] | None = None) -> dict[str, Any]:
+    """The Forest fields every estimator shares: names, source and pandas categories.
+
+    ``pandas_categories`` is always a mapping: scikit-learn converts a pandas categorical
+    column it has no encoder for by its values, which is what a mapping that does not name
+    the column means to ``inputs.as_matrix``.
+    """
     import sklearn
 
-    return f"scikit-learn {sklearn.__version__}"
-
-
-def _names(obj: Any) -> tuple[str, ...] | None:
     names = getattr(obj, "feature_names_in_", None)
-    return None if names is None else tuple(str(n) for n in names)
+    return {"feature_names": None if names is None else tuple(str(n) for n in names),
+            "source": f"scikit-learn {sklearn.__version__}",
+            "pandas_categories": dict(pandas or {})}
 
 
 def _classes(obj: Any) -> tuple | None:
@@ -233,8 +237,8 @@ def _trees_forest(obj: Any, estimators: Sequence[Any], average: bool) -> Forest:
     return build_forest(
         trees, n_features=obj.n_features_in_, n_outputs=width, base_score=0.0,
         average=average, post_transform="identity", input_dtype=np.float32,
-        feature_names=_names(obj), class_labels=_classes(obj) if classifier else None,
-        objective=type(obj).__name__, source=_source())
+        class_labels=_classes(obj) if classifier else None,
+        objective=type(obj).__name__, **_described(obj))
 
 
 def _load_single_tree(obj: Any) -> Forest:
@@ -297,9 +301,9 @@ def _load_gradient_boosting(obj: Any) -> Forest:
     return build_forest(
         trees, n_features=obj.n_features_in_, n_outputs=k_trees,
         base_score=_constant_init(obj), post_transform=transform, transform_params=params,
-        input_dtype=np.float32, feature_names=_names(obj),
+        input_dtype=np.float32,
         class_labels=_classes(obj) if is_classifier(obj) else None,
-        objective=f"{type(obj).__name__}(loss={obj.loss!r})", source=_source())
+        objective=f"{type(obj).__name__}(loss={obj.loss!r})", **_described(obj))
 
 
 def _gb_classifier_transform(obj: Any, k_trees: int) -> tuple[str, dict]:
@@ -352,7 +356,7 @@ class _HistCategories:
         self.column = np.concatenate([np.flatnonzero(self.is_cat),
                                       np.flatnonzero(~self.is_cat)])
         encoder = obj._preprocessor.named_transformers_["encoder"]
-        names = _names(obj)
+        names = _described(obj)["feature_names"]
         from_dtype = isinstance(obj.categorical_features, str)
         for col, cats in zip(np.flatnonzero(self.is_cat), encoder.categories_):
             cats = np.asarray(cats)
@@ -468,10 +472,9 @@ def _load_hist_gradient_boosting(obj: Any) -> Forest:
         trees, n_features=obj.n_features_in_, n_outputs=k_trees,
         base_score=np.asarray(obj._baseline_prediction, dtype=np.float64).reshape(-1),
         post_transform=transform, input_dtype=np.float64, category_rule="exact",
-        negative_category="missing", feature_names=_names(obj),
-        pandas_categories=cats.pandas or None,
+        negative_category="missing",
         class_labels=_classes(obj) if is_classifier(obj) else None,
-        objective=f"{type(obj).__name__}(loss={obj.loss!r})", source=_source())
+        objective=f"{type(obj).__name__}(loss={obj.loss!r})", **_described(obj, cats.pandas))
 
 
 # ---- IsolationForest ------------------------------------------------------------------
@@ -503,5 +506,4 @@ def _load_isolation_forest(obj: Any) -> Forest:
         trees, n_features=n_features, n_outputs=1, base_score=0.0, average=True,
         post_transform="isolation_label",
         transform_params={"c": c, "offset": offset, "sklearn_offset": offset},
-        input_dtype=np.float32, feature_names=_names(obj), objective="IsolationForest",
-        source=_source())
+        input_dtype=np.float32, objective="IsolationForest", **_described(obj))

@@ -36,9 +36,11 @@ raw score is the plain sum of an averaging model (LightGBM's random forests):
 ``average_in_margin=False`` says so.
 
 ``pandas_categories`` gives the training categories of pandas categorical columns, whose
-index in that list is the code the trees see: a mapping matches columns by name (XGBoost,
-scikit-learn); a sequence of lists matches the frame's categorical columns in order
-(LightGBM, which stores no column names for them).
+index in that list is the code the trees see: a mapping matches columns by name (XGBoost
+3.1+, scikit-learn), and a categorical column it does not name is read by its values, as
+numpy would convert it; a sequence of lists matches the frame's categorical columns in
+order (LightGBM, which stores no column names for them); None means the frame's own
+category codes (XGBoost before 3.1).
 """
 
 from __future__ import annotations

@@ -30,29 +30,29 @@ def _frame_to_array(X: Any, forest: Any) -> np.ndarray:
             raise InputError(f"the model was trained on a frame with {len(known)} pandas "
                              f"categorical columns; this frame has {len(cat_columns)}")
         known = {str(name): cats for name, cats in zip(cat_columns, known)}
-    known = known or {}
     columns = []
     for name in X.columns:
         col = X[name]
-        if isinstance(col.dtype, pd.CategoricalDtype):
-            if str(name) in known:
-                # The training library's categories fix the codes; a category it never
-                # saw is missing, as it is for the library.
-                training = pd.Index(known[str(name)])
-                codes = training.get_indexer(col.astype(object).where(col.notna(), None))
-            else:
-                codes = col.cat.codes.to_numpy()
-            values = codes.astype(np.float64)
-            values[codes < 0] = np.nan
-        elif col.dtype.kind in "fiub":
-            values = col.to_numpy(dtype=np.float64, na_value=np.nan)
+        categorical = isinstance(col.dtype, pd.CategoricalDtype)
+        if categorical and known is not None and str(name) in known:
+            # The training library's categories fix the codes; a category it never saw
+            # is missing, as it is for the library.
+            training = pd.Index(known[str(name)])
+            codes = training.get_indexer(col.astype(object).where(col.notna(), None))
+        elif categorical and known is None:
+            codes = col.cat.codes.to_numpy()
         else:
+            # Numbers, and categoricals the model keeps no categories for, which the
+            # library reads by their values (as numpy would).
             try:
-                values = col.to_numpy(dtype=np.float64, na_value=np.nan)
+                columns.append(col.to_numpy(dtype=np.float64, na_value=np.nan))
             except (TypeError, ValueError):
                 raise InputError(
                     f"column {name!r} has non-numeric dtype {col.dtype}; expected numbers "
-                    f"or a pandas categorical") from None
+                    f"or a pandas categorical the model knows") from None
+            continue
+        values = codes.astype(np.float64)
+        values[codes < 0] = np.nan
         columns.append(values)
     if not columns:
         return np.zeros((len(X), 0))
