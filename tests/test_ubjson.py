@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from silvanforge.errors import ModelFormatError
 from silvanforge.frontends.ubjson import MAX_DEPTH, decode
+from util import to_ubjson
 
 
 def _plain(value):
@@ -86,21 +87,6 @@ def test_depth_limit():
         decode(b"{U\x01a" * 10_000)
 
 
-def _encode(value) -> bytes:
-    if isinstance(value, dict):
-        return b"{" + b"".join(b"U" + bytes([len(k.encode())]) + k.encode() + _encode(v)
-                               for k, v in value.items()) + b"}"
-    if isinstance(value, list):
-        return b"[" + b"".join(_encode(v) for v in value) + b"]"
-    if isinstance(value, bool):
-        return b"T" if value else b"F"
-    if isinstance(value, int):
-        return b"L" + struct.pack(">q", value)
-    if isinstance(value, float):
-        return b"D" + struct.pack(">d", value)
-    raw = value.encode()
-    return b"SL" + struct.pack(">q", len(raw)) + raw
-
 
 _json = st.recursive(
     st.booleans() | st.integers(-2**63, 2**63 - 1) | st.floats(allow_nan=False)
@@ -112,12 +98,12 @@ _json = st.recursive(
 
 @given(_json)
 def test_roundtrip(value):
-    assert decode(_encode(value)) == value
+    assert decode(to_ubjson(value)) == value
 
 
 @given(_json, st.data())
 def test_every_truncation_is_an_error(value, data):
-    encoded = _encode(value)
+    encoded = to_ubjson(value)
     cut = data.draw(st.integers(0, len(encoded) - 1))
     with pytest.raises(ModelFormatError):
         decode(encoded[:cut])

@@ -16,7 +16,7 @@ import silvanforge
 from silvanforge import reference
 from silvanforge.errors import ModelFormatError, SilvanForgeError, UnsupportedModelError
 from silvanforge.frontends import xgboost as fx
-from util import assert_parity, with_nans
+from util import assert_parity, to_ubjson, with_nans
 
 xgb = pytest.importorskip("xgboost")
 warnings.filterwarnings("ignore", category=UserWarning, module="xgboost")
@@ -578,36 +578,15 @@ def test_malformed_models(name, fmt, good_doc):
     doc = copy.deepcopy(good_doc)
     breaker, message = BREAKS[name]
     breaker(doc)
-    data = json.dumps(doc).encode() if fmt == "json" else _to_ubjson(doc)
+    data = json.dumps(doc).encode() if fmt == "json" else to_ubjson(doc)
     with pytest.raises(ModelFormatError, match=message):
         fx.load_bytes(data)
     with pytest.raises(SilvanForgeError):
         silvanforge.load(data)
 
 
-def _to_ubjson(value) -> bytes:
-    """A tiny UBJSON encoder for test documents (plain containers, int64/float64)."""
-    import struct
-    if isinstance(value, dict):
-        body = b"".join(b"L" + struct.pack(">q", len(k.encode())) + k.encode()
-                        + _to_ubjson(v) for k, v in value.items())
-        return b"{" + body + b"}"
-    if isinstance(value, list):
-        return b"[" + b"".join(_to_ubjson(v) for v in value) + b"]"
-    if isinstance(value, bool):
-        return b"T" if value else b"F"
-    if isinstance(value, int):
-        return b"L" + struct.pack(">q", value)
-    if isinstance(value, float):
-        return b"D" + struct.pack(">d", value)
-    if isinstance(value, str):
-        raw = value.encode()
-        return b"S" + b"L" + struct.pack(">q", len(raw)) + raw
-    raise TypeError(value)
-
-
 def test_own_ubjson_encoding_matches_json(good_doc):
-    forest = fx.load_bytes(_to_ubjson(good_doc))
+    forest = fx.load_bytes(to_ubjson(good_doc))
     assert_parity(reference.predict(forest, X),
                   reference.predict(fx.load_bytes(json.dumps(good_doc).encode()), X))
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import struct
+
 import numpy as np
 
 RTOL = 1e-5
@@ -28,3 +30,20 @@ def with_nans(X: np.ndarray, rate: float, seed: int = 0) -> np.ndarray:
     X = np.array(X, dtype=np.float32, copy=True)
     X[rng.random(X.shape) < rate] = np.nan
     return X
+
+
+def to_ubjson(value) -> bytes:
+    """A tiny UBJSON encoder for test documents: plain containers, int64, float64, str."""
+    if isinstance(value, dict):
+        return b"{" + b"".join(b"U" + bytes([len(k.encode())]) + k.encode() + to_ubjson(v)
+                               for k, v in value.items()) + b"}"
+    if isinstance(value, list):
+        return b"[" + b"".join(to_ubjson(v) for v in value) + b"]"
+    if isinstance(value, bool):
+        return b"T" if value else b"F"
+    if isinstance(value, int):
+        return b"L" + struct.pack(">q", value)
+    if isinstance(value, float):
+        return b"D" + struct.pack(">d", value)
+    raw = value.encode()
+    return b"SL" + struct.pack(">q", len(raw)) + raw
