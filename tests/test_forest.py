@@ -137,6 +137,18 @@ def test_properties_and_summary():
     assert g.base_score.tolist() == [3.0] and f.base_score.tolist() == [0.0]
 
 
+def test_forest_pickles():
+    import pickle
+
+    f = forest_of(stump(), stump(feature=1), pandas_categories={"a": ("x", "y")},
+                  post_transform="sigmoid", transform_params={"alpha": 2.0})
+    g = pickle.loads(pickle.dumps(f))
+    assert g.transform_params == {"alpha": 2.0} and g.pandas_categories == {"a": ("x", "y")}
+    assert not g.threshold.flags.writeable
+    X = np.random.default_rng(1).normal(size=(20, 2))
+    np.testing.assert_array_equal(reference.predict(g, X), reference.predict(f, X))
+
+
 def test_single_leaf_tree():
     f = forest_of(Tree(left=[-1], right=[-1], feature=[0], threshold=[0], leaf_value=[4.0]))
     assert f.max_depth == 0

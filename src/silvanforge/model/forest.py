@@ -283,9 +283,23 @@ class Forest:
 
     def replace(self, **changes: Any) -> "Forest":
         """A copy with some fields changed (validated again)."""
-        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        values = self._fields()
         values.update(changes)
         return Forest(**values)
+
+    def _fields(self) -> dict[str, Any]:
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        for name in ("transform_params", "pandas_categories"):
+            if isinstance(values[name], Mapping):
+                values[name] = dict(values[name])  # read-only views do not pickle
+        return values
+
+    def __reduce__(self) -> tuple:
+        return (_from_fields, (self._fields(),))
+
+
+def _from_fields(values: dict[str, Any]) -> Forest:
+    return Forest(**values)
 
 
 def _frozen(a: Any, dtype: Any) -> np.ndarray:
