@@ -1,0 +1,240 @@
+"""LIR: the kernel IR every backend renders.
+
+A kernel is structured code over typed scalars: expressions are trees of immutable
+nodes, statements are loops, ifs, assignments to mutable local variables, loads and
+stores into buffers. There is no SSA and no control-flow graph: a backend renders a
+``For`` as a loop and a ``Var`` as a local slot (LLVM's mem2reg makes them registers), and
+a C-style GPU renderer prints the same tree as text. Everything a lower level needs is an
+attribute on a node; nothing here knows about trees, schedules or libraries.
+
+Buffers are kernel parameters (pointers with an element type) or small fixed-size local
+arrays. Indices are element indices of type i64. Floating-point comparisons are ordered
+(false when either side is NaN); ``IsNaN`` tests for NaN explicitly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence, Union
+
+
+@dataclass(frozen=True)
+class DType:
+    name: str
+    bits: int
+    is_float: bool
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+BOOL = DType("i1", 1, False)
+I8 = DType("i8", 8, False)
+I32 = DType("i32", 32, False)
+I64 = DType("i64", 64, False)
+F32 = DType("f32", 32, True)
+F64 = DType("f64", 64, True)
+DTYPES = {d.name: d for d in (BOOL, I8, I32, I64, F32, F64)}
+
+# Integer types are two's complement; whether an operation is signed is the op's choice
+# ("lshr" is logical, "ashr" arithmetic; comparisons of integers are signed).
+BINARY_OPS = {"add", "sub", "mul", "div", "rem", "and", "or", "xor", "shl", "lshr",
+              "ashr", "min", "max"}
+COMPARE_OPS = {"lt", "le", "gt", "ge", "eq", "ne"}
+MATH_FUNCS = {"exp", "log", "log1p", "sqrt", "fabs", "trunc", "floor"}
+
+
+# ---- expressions ---------------------------------------------------------------------
+
+class Expr:
+    """An expression; ``dtype`` is its type."""
+
+    dtype: DType
+
+
+@dataclass(frozen=True)
+class Const(Expr):
+    value: Union[int, float, bool]
+    dtype: DType
+
+
+@dataclass(frozen=True)
+class Var(Expr):
+    """A scalar: a kernel parameter, a loop index or a mutable local variable."""
+
+    name: str
+    dtype: DType
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """A pointer parameter (``size`` None) or a local array of ``size`` elements."""
+
+    name: str
+    dtype: DType
+    size: int | None = None
+    readonly: bool = False
+
+
+@dataclass(frozen=True)
+class Load(Expr):
+    buffer: Buffer
+    index: Expr
+
+    @property
+    def dtype(self) -> DType:  # type: ignore[override]
+        return self.buffer.dtype
+
+
+@dataclass(frozen=True)
+class BinOp(Expr):
+    op: str
+    a: Expr
+    b: Expr
+
+    @property
+    def dtype(self) -> DType:  # type: ignore[override]
+        return self.a.dtype
+
+
+@dataclass(frozen=True)
+class Cmp(Expr):
+    op: str
+    a: Expr
+    b: Expr
+    dtype: DType = BOOL
+
+
+@dataclass(frozen=True)
+class Not(Expr):
+    a: Expr
+    dtype: DType = BOOL
+
+
+@dataclass(frozen=True)
+class IsNaN(Expr):
+    a: Expr
+    dtype: DType = BOOL
+
+
+@dataclass(frozen=True)
+class Select(Expr):
+    cond: Expr
+    a: Expr
+    b: Expr
+
+    @property
+    def dtype(self) -> DType:  # type: ignore[override]
+        return self.a.dtype
+
+
+@dataclass(frozen=True)
+class Cast(Expr):
+    """Numeric conversion: int↔int sign-extends or truncates, float→int truncates toward
+    zero (the value must fit), int→float rounds, bool→int gives 0/1."""
+
+    a: Expr
+    dtype: DType
+
+
+@dataclass(frozen=True)
+class Math(Expr):
+    func: str
+    a: Expr
+
+    @property
+    def dtype(self) -> DType:  # type: ignore[override]
+        return self.a.dtype
+
+
+# ---- statements ----------------------------------------------------------------------
+
+class Stmt:
+    """A statement."""
+
+
+@dataclass
+class Declare(Stmt):
+    """Introduce mutable local ``var`` with an initial value (scoped to the block)."""
+
+    var: Var
+    init: Expr
+
+
+@dataclass
+class Assign(Stmt):
+    var: Var
+    value: Expr
+
+
+@dataclass
+class Store(Stmt):
+    buffer: Buffer
+    index: Expr
+    value: Expr
+
+
+@dataclass
+class AtomicAdd(Stmt):
+    buffer: Buffer
+    index: Expr
+    value: Expr
+
+
+@dataclass
+class Prefetch(Stmt):
+    buffer: Buffer
+    index: Expr
+
+
+@dataclass
+class LocalArray(Stmt):
+    """Declare a local array (``buffer.size`` elements), scoped to the block."""
+
+    buffer: Buffer
+
+
+@dataclass
+class For(Stmt):
+    """``for var in range(start, stop, step)``; ``parallel`` splits the iterations over
+    threads (the body must not race: it may write only what its iteration owns)."""
+
+    var: Var
+    start: Expr
+    stop: Expr
+    step: Expr
+    body: list[Stmt] = field(default_factory=list)
+    parallel: bool = False
+    unroll: bool = False
+
+
+@dataclass
+class While(Stmt):
+    cond: Expr
+    body: list[Stmt] = field(default_factory=list)
+
+
+@dataclass
+class If(Stmt):
+    cond: Expr
+    then: list[Stmt] = field(default_factory=list)
+    orelse: list[Stmt] = field(default_factory=list)
+
+
+@dataclass
+class Kernel:
+    """A function ``void name(params...)``; params are Buffers (pointers) and Vars."""
+
+    name: str
+    params: Sequence[Union[Buffer, Var]]
+    body: list[Stmt]
+
+
+# ---- helpers -------------------------------------------------------------------------
+
+def const(value: Union[int, float, bool], dtype: DType) -> Const:
+    return Const(value, dtype)
+
+
+def i64(value: int) -> Const:
+    return Const(int(value), I64)

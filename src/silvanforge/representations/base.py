@@ -1,0 +1,83 @@
+"""The representation interface (seed 001; seed 002 §7): how trees live in memory.
+
+A representation owns the model buffers (numpy arrays it builds from a Forest) and emits
+the LIR that reads them. The lowering of MIR walks to LIR uses only this interface, so a
+new layout is a new subclass registered by name, and the same code serves every backend.
+
+Node handles are i64 LIR values whose meaning belongs to the representation (a global
+node index, an index into a level-ordered array, ...). The kernel's row values are
+provided by the caller of :meth:`go_left` as a function from a feature index (i64 LIR
+expression) to the row's value of that feature, as a float LIR expression of the
+compiled input precision.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Callable, ClassVar
+
+import numpy as np
+
+from ..lir import ir
+from ..model.forest import Forest
+
+FeatureLoader = Callable[[ir.Expr], ir.Expr]
+
+
+class Representation(ABC):
+    """Model buffers plus the LIR for every tree operation a walk needs."""
+
+    name: ClassVar[str]
+
+    def __init__(self, forest: Forest, precision: str = "float64") -> None:
+        self.forest = forest
+        self.precision = precision
+
+    # ---- buffers -----------------------------------------------------------------------
+    @property
+    @abstractmethod
+    def buffers(self) -> dict[str, np.ndarray]:
+        """Model buffers by name: C-contiguous numpy arrays the kernel receives, in the
+        order of :attr:`params`."""
+
+    @property
+    @abstractmethod
+    def params(self) -> list[ir.Buffer]:
+        """The LIR buffer parameters (read-only) matching :attr:`buffers`."""
+
+    # ---- walking -----------------------------------------------------------------------
+    @abstractmethod
+    def root(self, tree: ir.Expr) -> ir.Expr:
+        """The handle of tree ``tree``'s root (``tree`` is an i64 tree index)."""
+
+    @abstractmethod
+    def is_leaf(self, tree: ir.Expr, node: ir.Expr) -> ir.Expr:
+        """i1: whether ``node`` is a leaf."""
+
+    @abstractmethod
+    def go_left(self, tree: ir.Expr, node: ir.Expr, feature_value: FeatureLoader) -> ir.Expr:
+        """i1: whether a row goes to the left child of internal ``node``, with the exact
+        semantics of :mod:`silvanforge.model.forest` (missing values, operators,
+        categories)."""
+
+    @abstractmethod
+    def child(self, tree: ir.Expr, node: ir.Expr, left: ir.Expr) -> ir.Expr:
+        """The handle of ``node``'s left child when ``left`` holds, else its right."""
+
+    @abstractmethod
+    def leaf_value(self, tree: ir.Expr, node: ir.Expr, k: int,
+                   feature_value: FeatureLoader) -> ir.Expr:
+        """f64: component ``k`` of leaf ``node``'s value (linear leaves evaluated)."""
+
+    def cache_trees(self, start: ir.Expr, stop: ir.Expr) -> list[ir.Stmt]:
+        """Statements that bring trees ``start:stop`` close (prefetch on CPUs)."""
+        return []
+
+
+REGISTRY: dict[str, type[Representation]] = {}
+
+
+def register(cls: type[Representation]) -> type[Representation]:
+    """Class decorator: make a representation available by its ``name``."""
+    REGISTRY[cls.name] = cls
+    return cls
