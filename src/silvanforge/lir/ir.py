@@ -196,8 +196,12 @@ class LocalArray(Stmt):
 
 @dataclass
 class For(Stmt):
-    """``for var in range(start, stop, step)``; ``parallel`` splits the iterations over
-    threads (the body must not race: it may write only what its iteration owns)."""
+    """``for var in range(start, stop, step)`` (``step`` > 0).
+
+    ``parallel`` splits the iterations over ``threads`` threads (an i64 expression; the
+    runtime's default when None) in contiguous static chunks; the body must not race: it
+    may write only what its iteration owns. ``unroll`` asks for full unrolling (constant
+    trip counts only)."""
 
     var: Var
     start: Expr
@@ -205,6 +209,7 @@ class For(Stmt):
     step: Expr
     body: list[Stmt] = field(default_factory=list)
     parallel: bool = False
+    threads: Expr | None = None
     unroll: bool = False
 
 
