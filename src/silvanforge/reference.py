@@ -123,9 +123,21 @@ def predict(forest: Forest, X: Any, output: str = "value") -> np.ndarray:
 
     >>> silvanforge.reference.predict(forest, X, output="margin")   # doctest: +SKIP
     """
+    check_output(output)
+    return finish(forest, tree_sums(forest, as_matrix(X, forest)), output)
+
+
+def check_output(output: str) -> None:
     if output not in ("value", "margin"):
         raise InputError(f"output must be 'value' or 'margin', not {output!r}")
-    sums = tree_sums(forest, as_matrix(X, forest))
+
+
+def finish(forest: Forest, sums: np.ndarray, output: str) -> np.ndarray:
+    """Per-output tree sums → the margin or the value, shaped like the library's result.
+
+    Every evaluator (this one and the compiled predictors) ends here, so that averaging,
+    base scores, transforms and shapes are defined once.
+    """
     if output == "margin" and not forest.average_in_margin:
         result = sums + forest.base_score
     else:

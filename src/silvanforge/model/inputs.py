@@ -65,6 +65,14 @@ def as_matrix(X: Any, forest: Any) -> np.ndarray:
     >>> as_matrix([[1.0, 2.0]], forest).shape                  # doctest: +SKIP
     (1, 2)
     """
+    return as_rows(X, forest).astype(np.float64)
+
+
+def as_rows(X: Any, forest: Any) -> np.ndarray:
+    """Check ``X`` against ``forest``; return C-contiguous rows of ``forest.input_dtype``.
+
+    An array that already has that dtype and layout is returned as it is, not copied.
+    """
     if _is_dataframe(X):
         arr = _frame_to_array(X, forest)
     else:
@@ -84,4 +92,4 @@ def as_matrix(X: Any, forest: Any) -> np.ndarray:
     if arr.shape[1] != forest.n_features:
         raise InputError(f"the model expects {forest.n_features} features (columns) but "
                          f"the input has {arr.shape[1]}")
-    return arr.astype(forest.input_dtype, copy=False).astype(np.float64)
+    return np.ascontiguousarray(arr, dtype=forest.input_dtype)
