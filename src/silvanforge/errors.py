@@ -27,6 +27,21 @@ class InputError(SilvanForgeError):
     """Prediction input has the wrong shape, width or type."""
 
 
+class BackendError(SilvanForgeError):
+    """A backend cannot compile or load a kernel: invalid LIR for this target (e.g. a
+    parallel loop assigning a variable declared outside it), or object code built for a
+    CPU feature this machine lacks."""
+
+
+class SilvanForgeWarning(UserWarning):
+    """Something works, but not as asked (e.g. parallel loops run serially because no
+    OpenMP runtime was found)."""
+
+
+class ScheduleError(SilvanForgeError):
+    """A schedule is invalid: the message names the directive (and line) and the reason."""
+
+
 class MissingDependencyError(SilvanForgeError, ImportError):
     """An optional library needed for this source (e.g. ``onnx``) is not installed."""
 

@@ -1,0 +1,11 @@
+"""The CPU backend: LIR → LLVM IR → host machine code, parallel loops on OpenMP.
+
+>>> from silvanforge.backends.cpu import compile_kernel
+>>> from silvanforge.lir import ir
+>>> compile_kernel(ir.Kernel("noop", [], [])).function()
+"""
+
+from .jit import CompiledKernel, Target, compile_kernel
+from .llvm import render_module
+
+__all__ = ["compile_kernel", "CompiledKernel", "Target", "render_module"]

@@ -1,0 +1,151 @@
+"""Compile a LIR kernel for the host CPU, and reload its object code without compiling.
+
+Both paths end in the same place: object code is added to an MCJIT engine over an empty
+module, so a kernel compiled now and one reloaded from bytes run identical machine code.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+from typing import Sequence, Union
+
+import llvmlite.binding as llvm
+
+from ...errors import BackendError
+from ...lir import ir
+from . import openmp
+from .freevars import walk_stmts
+from .llvm import render_module
+
+_ARG_CTYPES = {ir.BOOL: ctypes.c_bool, ir.I8: ctypes.c_int8, ir.I32: ctypes.c_int32,
+               ir.I64: ctypes.c_int64, ir.F32: ctypes.c_float, ir.F64: ctypes.c_double}
+# A symbol only code with parallel loops references: reloading it needs the runtime.
+_OMP_SYMBOL = b"GOMP_parallel"
+
+Params = Sequence[Union[ir.Buffer, ir.Var]]
+
+
+@dataclass(frozen=True)
+class Target:
+    """What machine code was built for: LLVM triple, CPU name, ``+feat,-feat`` string."""
+
+    triple: str
+    cpu: str
+    features: str
+
+    @classmethod
+    def host(cls) -> "Target":
+        """The machine this process runs on.
+
+        >>> Target.host().triple == llvm.get_process_triple()
+        True
+        """
+        llvm.initialize_native_target()
+        llvm.initialize_native_asmprinter()
+        return cls(llvm.get_process_triple(), llvm.get_host_cpu_name(),
+                   llvm.get_host_cpu_features().flatten())
+
+    def enabled(self) -> set[str]:
+        """The CPU features this target turns on.
+
+        >>> sorted(Target("x", "cpu", "+avx,-avx512f,+sse2").enabled())
+        ['avx', 'sse2']
+        """
+        return {f[1:] for f in self.features.split(",") if f.startswith("+")}
+
+    def machine(self, opt: int = 2) -> llvm.TargetMachine:
+        """An LLVM target machine generating code for this target at level ``opt``."""
+        return llvm.Target.from_triple(self.triple).create_target_machine(
+            cpu=self.cpu, features=self.features, opt=opt, jit=True)
+
+
+def compile_kernel(kernel: ir.Kernel, *, opt: int = 2) -> "CompiledKernel":
+    """Compile ``kernel`` for the host CPU at LLVM optimisation level ``opt`` (0-3).
+
+    Parallel loops call the OpenMP runtime; without one they run serially (one warning).
+
+    >>> x = ir.Buffer("x", ir.F64)
+    >>> i = ir.Var("i", ir.I64)
+    >>> k = ir.Kernel("twice", [x, ir.Var("n", ir.I64)], [ir.For(i, ir.i64(0),
+    ...     ir.Var("n", ir.I64), ir.i64(1), [ir.Store(x, i, ir.BinOp("add", ir.Load(x, i),
+    ...     ir.Load(x, i)))])])
+    >>> import numpy as np
+    >>> a = np.arange(3.0)
+    >>> compile_kernel(k).function(a.ctypes.data, len(a))
+    >>> a
+    array([0., 2., 4.])
+    """
+    parallel = any(isinstance(s, ir.For) and s.parallel for s in walk_stmts(kernel.body))
+    module = render_module(kernel, openmp=parallel and openmp.runtime() is not None)
+    target = Target.host()
+    machine = target.machine(opt)
+    module.triple = target.triple
+    module.data_layout = str(machine.target_data)
+    try:
+        parsed = llvm.parse_assembly(str(module))
+        parsed.verify()
+    except RuntimeError as exc:
+        raise BackendError(f"kernel {kernel.name}: invalid LLVM IR: {exc}") from exc
+    _optimise(parsed, machine, opt)
+    return CompiledKernel(machine.emit_object(parsed), target, kernel.name, kernel.params,
+                          llvm_ir=str(parsed))
+
+
+def _optimise(module: llvm.ModuleRef, machine: llvm.TargetMachine, opt: int) -> None:
+    options = llvm.create_pipeline_tuning_options(speed_level=opt)
+    passes = llvm.create_pass_builder(machine, options)
+    passes.getModulePassManager().run(module, passes)
+
+
+class CompiledKernel:
+    """Machine code of one kernel, loaded and callable.
+
+    ``function`` is a ctypes callable: buffers are passed as addresses (``c_void_p``),
+    scalars as their C type. ``object_code`` and ``target`` are what
+    :meth:`from_object` needs to load the same code again; ``llvm_ir`` is the optimised
+    module (None after a reload). The JIT engine lives as long as this object.
+    """
+
+    def __init__(self, object_code: bytes, target: Target, name: str, params: Params,
+                 llvm_ir: str | None = None):
+        if _OMP_SYMBOL in object_code and openmp.runtime() is None:
+            raise BackendError(f"kernel {name}: the code calls OpenMP and no OpenMP "
+                               "runtime was found")
+        self.object_code, self.target, self.name = object_code, target, name
+        self.params, self.llvm_ir = tuple(params), llvm_ir
+        self._machine = Target.host().machine()
+        self._engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), self._machine)
+        self._engine.add_object_file(llvm.ObjectFileRef.from_data(object_code))
+        self._engine.finalize_object()
+        self.address = self._engine.get_function_address(name)
+        if not self.address:
+            raise BackendError(f"the object code has no function {name!r}")
+        argtypes = [ctypes.c_void_p if isinstance(p, ir.Buffer) else _ARG_CTYPES[p.dtype]
+                    for p in params]
+        self.function = ctypes.CFUNCTYPE(None, *argtypes)(self.address)
+        # The callable may outlive this object (``compile_kernel(k).function``): it
+        # keeps the engine that owns its code alive.
+        self.function.owner = self
+
+    @classmethod
+    def from_object(cls, object_code: bytes, target: Target, kernel_name: str,
+                    params: Params) -> "CompiledKernel":
+        """Load object code built by :func:`compile_kernel`, without recompiling.
+
+        Raises :class:`BackendError` when this machine is not ``target``'s architecture
+        or lacks a CPU feature the code was built for.
+
+        >>> k = compile_kernel(ir.Kernel("noop", [], []))
+        >>> CompiledKernel.from_object(k.object_code, k.target, "noop", []).function()
+        """
+        host = Target.host()
+        if host.triple.split("-")[0] != target.triple.split("-")[0]:
+            raise BackendError(f"kernel {kernel_name} was built for {target.triple}; "
+                               f"this machine is {host.triple}")
+        missing = target.enabled() - host.enabled()
+        if missing:
+            raise BackendError(f"kernel {kernel_name} was built for CPU {target.cpu} "
+                               f"with features this CPU ({host.cpu}) lacks: "
+                               + ", ".join(sorted(missing)))
+        return cls(object_code, target, kernel_name, params)

@@ -1,0 +1,370 @@
+"""LIR → LLVM IR (an ``llvmlite.ir.Module``).
+
+Every LIR variable is a stack slot allocated in the function's entry block, so LLVM's
+mem2reg turns them into registers; buffers are pointers to their element type. A parallel
+``For`` is outlined into an internal function ``void body(i8* data)`` that each OpenMP
+thread runs on its own contiguous chunk of the iterations; ``data`` points to a struct, on
+the caller's stack, of the loop bounds and every scalar and buffer the body reads from
+outside. Nothing is written to globals, so the generated code is re-entrant.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import llvmlite.ir as ll
+
+from ...errors import BackendError
+from ...lir import ir
+from .freevars import FreeValues, free_values
+
+_LL_TYPES = {ir.BOOL: ll.IntType(1), ir.I8: ll.IntType(8), ir.I32: ll.IntType(32),
+             ir.I64: ll.IntType(64), ir.F32: ll.FloatType(), ir.F64: ll.DoubleType()}
+_VOID = ll.VoidType()
+_I8P = ll.IntType(8).as_pointer()
+_I32 = ll.IntType(32)
+_I64 = ll.IntType(64)
+
+# llvmlite.ir builder methods per LIR operator.
+_INT_BINOPS = {"add": "add", "sub": "sub", "mul": "mul", "div": "sdiv", "rem": "srem",
+               "and": "and_", "or": "or_", "xor": "xor", "shl": "shl", "lshr": "lshr",
+               "ashr": "ashr"}
+_FLOAT_BINOPS = {"add": "fadd", "sub": "fsub", "mul": "fmul", "div": "fdiv", "rem": "frem"}
+_FLOAT_MINMAX = {"min": "llvm.minnum", "max": "llvm.maxnum"}  # NaN operand: the other one
+_CMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
+# Math functions: LLVM intrinsics, except log1p, which LLVM lacks, from libm.
+_MATH = {"exp": "llvm.exp.{t}", "log": "llvm.log.{t}", "sqrt": "llvm.sqrt.{t}",
+         "fabs": "llvm.fabs.{t}", "trunc": "llvm.trunc.{t}", "floor": "llvm.floor.{t}"}
+_LIBM = {("log1p", ir.F64): "log1p", ("log1p", ir.F32): "log1pf"}
+
+# The OpenMP runtime's C ABI (GNU libgomp; LLVM's libomp implements it too).
+_OMP_BODY = ll.FunctionType(_VOID, [_I8P])
+_OMP_FUNCS = {
+    "GOMP_parallel": ll.FunctionType(_VOID, [_OMP_BODY.as_pointer(), _I8P, _I32, _I32]),
+    "omp_get_thread_num": ll.FunctionType(_I32, []),
+    "omp_get_num_threads": ll.FunctionType(_I32, []),
+}
+
+
+def llvm_type(dtype: ir.DType) -> ll.Type:
+    """The LLVM type of a LIR scalar type.
+
+    >>> str(llvm_type(ir.F32))
+    'float'
+    """
+    return _LL_TYPES[dtype]
+
+
+def render_module(kernel: ir.Kernel, *, openmp: bool = True) -> ll.Module:
+    """Render ``kernel`` as an LLVM module holding ``void @<kernel.name>(params...)``.
+
+    With ``openmp`` False parallel loops are rendered as serial loops.
+
+    >>> k = ir.Kernel("noop", [ir.Buffer("x", ir.F64), ir.Var("n", ir.I64)], [])
+    >>> print(render_module(k).get_global("noop").ftype)
+    void (double*, i64)
+    """
+    module = ll.Module(name=kernel.name)
+    for p in kernel.params:
+        if isinstance(p, ir.Buffer) and p.dtype == ir.BOOL:
+            raise BackendError(f"kernel {kernel.name}: buffer {p.name!r} of i1; use i8")
+    types = [llvm_type(p.dtype).as_pointer() if isinstance(p, ir.Buffer)
+             else llvm_type(p.dtype) for p in kernel.params]
+    fn = ll.Function(module, ll.FunctionType(_VOID, types), kernel.name)
+    body = _FunctionBuilder(module, fn, openmp)
+    for p, arg in zip(kernel.params, fn.args):
+        arg.name = p.name
+        if isinstance(p, ir.Buffer):
+            body.bind_buffer(p, arg)
+        else:
+            body.declare(p, arg)
+    body.block(kernel.body)
+    body.finish()
+    return module
+
+
+class _FunctionBuilder:
+    """Emits LIR statements into one LLVM function."""
+
+    def __init__(self, module: ll.Module, fn: ll.Function, openmp: bool):
+        self.module, self.fn, self.openmp = module, fn, openmp
+        entry = fn.append_basic_block("entry")
+        self.allocas = ll.IRBuilder(entry)  # slots go here so mem2reg can promote them
+        self.start = fn.append_basic_block("start")
+        self.b = ll.IRBuilder(self.start)
+        self.scopes: list[dict[tuple[str, str], ll.Value]] = [{}]
+
+    def finish(self) -> None:
+        self.b.ret_void()
+        self.allocas.branch(self.start)
+
+    # ---- names ------------------------------------------------------------------------
+
+    def declare(self, var: ir.Var, value: ll.Value) -> None:
+        slot = self.allocas.alloca(llvm_type(var.dtype), name=var.name)
+        self.b.store(value, slot)
+        self.scopes[-1][("var", var.name)] = slot
+
+    def bind_buffer(self, buf: ir.Buffer, pointer: ll.Value) -> None:
+        self.scopes[-1][("buffer", buf.name)] = pointer
+
+    def lookup(self, kind: str, name: str) -> ll.Value:
+        for scope in reversed(self.scopes):
+            if (kind, name) in scope:
+                return scope[(kind, name)]
+        raise BackendError(f"kernel {self.fn.name}: undefined {kind} {name!r}")
+
+    def block(self, stmts: list[ir.Stmt]) -> None:
+        self.scopes.append({})
+        for s in stmts:
+            getattr(self, "_s_" + type(s).__name__)(s)
+        self.scopes.pop()
+
+    def function(self, name: str, fnty: ll.FunctionType) -> ll.Function:
+        """The module's declaration of ``name``, added on first use."""
+        existing = self.module.globals.get(name)
+        return existing if existing is not None else ll.Function(self.module, fnty, name)
+
+    # ---- expressions ------------------------------------------------------------------
+
+    def expr(self, e: ir.Expr) -> ll.Value:
+        return getattr(self, "_e_" + type(e).__name__)(e)
+
+    def _e_Const(self, e: ir.Const) -> ll.Value:
+        return ll.Constant(llvm_type(e.dtype),
+                           float(e.value) if e.dtype.is_float else int(e.value))
+
+    def _e_Var(self, e: ir.Var) -> ll.Value:
+        return self.b.load(self.lookup("var", e.name), name=e.name)
+
+    def _e_Load(self, e: ir.Load) -> ll.Value:
+        return self.b.load(self.address(e.buffer, e.index))
+
+    def _e_BinOp(self, e: ir.BinOp) -> ll.Value:
+        a, b = self.expr(e.a), self.expr(e.b)
+        if e.op in ("min", "max"):
+            if e.dtype.is_float:
+                fnty = ll.FunctionType(a.type, [a.type, a.type])
+                name = f"{_FLOAT_MINMAX[e.op]}.{e.dtype.name}"
+                return self.b.call(self.function(name, fnty), [a, b])
+            return self.b.select(self.b.icmp_signed("<" if e.op == "min" else ">", a, b),
+                                 a, b)
+        table = _FLOAT_BINOPS if e.dtype.is_float else _INT_BINOPS
+        if e.op not in table:
+            raise BackendError(f"operator {e.op!r} is not defined on {e.dtype}")
+        return getattr(self.b, table[e.op])(a, b)
+
+    def _e_Cmp(self, e: ir.Cmp) -> ll.Value:
+        a, b = self.expr(e.a), self.expr(e.b)
+        if e.a.dtype.is_float:
+            return self.b.fcmp_ordered(_CMP[e.op], a, b)
+        if e.a.dtype == ir.BOOL:  # true is 1, not -1
+            return self.b.icmp_unsigned(_CMP[e.op], a, b)
+        return self.b.icmp_signed(_CMP[e.op], a, b)
+
+    def _e_Not(self, e: ir.Not) -> ll.Value:
+        return self.b.not_(self.expr(e.a))
+
+    def _e_IsNaN(self, e: ir.IsNaN) -> ll.Value:
+        a = self.expr(e.a)
+        return self.b.fcmp_unordered("uno", a, a)
+
+    def _e_Select(self, e: ir.Select) -> ll.Value:
+        return self.b.select(self.expr(e.cond), self.expr(e.a), self.expr(e.b))
+
+    def _e_Cast(self, e: ir.Cast) -> ll.Value:
+        a, src, dst = self.expr(e.a), e.a.dtype, e.dtype
+        to = llvm_type(dst)
+        if src == dst:
+            return a
+        if dst == ir.BOOL:  # nonzero is true
+            zero = ll.Constant(a.type, 0.0 if src.is_float else 0)
+            return (self.b.fcmp_unordered("!=", a, zero) if src.is_float
+                    else self.b.icmp_unsigned("!=", a, zero))
+        if src.is_float and dst.is_float:
+            return self.b.fpext(a, to) if dst.bits > src.bits else self.b.fptrunc(a, to)
+        if src.is_float:
+            return self.b.fptosi(a, to)
+        if dst.is_float:
+            return self.b.uitofp(a, to) if src == ir.BOOL else self.b.sitofp(a, to)
+        if dst.bits < src.bits:
+            return self.b.trunc(a, to)
+        return self.b.zext(a, to) if src == ir.BOOL else self.b.sext(a, to)
+
+    def _e_Math(self, e: ir.Math) -> ll.Value:
+        a = self.expr(e.a)
+        if not e.dtype.is_float:
+            raise BackendError(f"math function {e.func!r} on {e.dtype}: floats only")
+        name = _LIBM.get((e.func, e.dtype)) or _MATH[e.func].format(t=e.dtype.name)
+        return self.b.call(self.function(name, ll.FunctionType(a.type, [a.type])), [a])
+
+    def address(self, buf: ir.Buffer, index: ir.Expr) -> ll.Value:
+        i = self.expr(index)
+        if i.type != _I64:
+            i = self.b.sext(i, _I64)
+        return self.b.gep(self.lookup("buffer", buf.name), [i])
+
+    # ---- statements -------------------------------------------------------------------
+
+    def _s_Declare(self, s: ir.Declare) -> None:
+        self.declare(s.var, self.expr(s.init))
+
+    def _s_Assign(self, s: ir.Assign) -> None:
+        self.b.store(self.expr(s.value), self.lookup("var", s.var.name))
+
+    def _s_Store(self, s: ir.Store) -> None:
+        self.b.store(self.expr(s.value), self.address(s.buffer, s.index))
+
+    def _s_AtomicAdd(self, s: ir.AtomicAdd) -> None:
+        op = "fadd" if s.buffer.dtype.is_float else "add"
+        self.b.atomic_rmw(op, self.address(s.buffer, s.index), self.expr(s.value),
+                          "monotonic")
+
+    def _s_Prefetch(self, s: ir.Prefetch) -> None:
+        # llvm.prefetch(address, rw=read, locality=keep in all cache levels, data cache)
+        fnty = ll.FunctionType(_VOID, [_I8P, _I32, _I32, _I32])
+        ptr = self.b.bitcast(self.address(s.buffer, s.index), _I8P)
+        args = [ptr] + [ll.Constant(_I32, v) for v in (0, 3, 1)]
+        self.b.call(self.function("llvm.prefetch.p0", fnty), args)
+
+    def _s_LocalArray(self, s: ir.LocalArray) -> None:
+        if s.buffer.size is None or s.buffer.size <= 0:
+            raise BackendError(f"local array {s.buffer.name!r} needs a positive size")
+        array = self.allocas.alloca(ll.ArrayType(llvm_type(s.buffer.dtype), s.buffer.size),
+                                    name=s.buffer.name)
+        zero = ll.Constant(_I64, 0)
+        self.bind_buffer(s.buffer, self.allocas.gep(array, [zero, zero]))
+
+    def _s_While(self, s: ir.While) -> None:
+        cond = self.fn.append_basic_block("while.cond")
+        body = self.fn.append_basic_block("while.body")
+        done = self.fn.append_basic_block("while.end")
+        self.b.branch(cond)
+        self.b.position_at_end(cond)
+        self.b.cbranch(self.expr(s.cond), body, done)
+        self.b.position_at_end(body)
+        self.block(s.body)
+        self.b.branch(cond)
+        self.b.position_at_end(done)
+
+    def _s_If(self, s: ir.If) -> None:
+        cond = self.expr(s.cond)
+        if s.orelse:
+            with self.b.if_else(cond) as (then, orelse):
+                with then:
+                    self.block(s.then)
+                with orelse:
+                    self.block(s.orelse)
+        else:
+            with self.b.if_then(cond):
+                self.block(s.then)
+
+    def _s_For(self, s: ir.For) -> None:
+        if s.parallel and self.openmp:
+            self._parallel_for(s)
+        else:
+            self.loop(s.var, self.expr(s.start), self.expr(s.stop), self.expr(s.step),
+                      lambda: self.block(s.body))
+
+    def loop(self, var: ir.Var, start: ll.Value, stop: ll.Value, step: ll.Value,
+             body: Callable[[], None]) -> None:
+        """``for (var = start; var < stop; var += step) body()``; bounds evaluated once."""
+        self.scopes.append({})
+        self.declare(var, start)
+        slot = self.lookup("var", var.name)
+        cond = self.fn.append_basic_block("for.cond")
+        block = self.fn.append_basic_block("for.body")
+        done = self.fn.append_basic_block("for.end")
+        self.b.branch(cond)
+        self.b.position_at_end(cond)
+        self.b.cbranch(self.b.icmp_signed("<", self.b.load(slot), stop), block, done)
+        self.b.position_at_end(block)
+        body()
+        self.b.store(self.b.add(self.b.load(slot), step), slot)
+        self.b.branch(cond)
+        self.b.position_at_end(done)
+        self.scopes.pop()
+
+    # ---- parallel loops ---------------------------------------------------------------
+
+    def _parallel_for(self, s: ir.For) -> None:
+        free = free_values(s)
+        if free.assigned_outside:
+            raise BackendError(
+                f"kernel {self.fn.name}: parallel loop over {s.var.name!r} assigns "
+                f"{', '.join(map(repr, free.assigned_outside))}, declared outside it; "
+                "shared mutable scalars would race (declare them inside the loop)")
+        bounds = [self.expr(s.start), self.expr(s.stop), self.expr(s.step)]
+        values = bounds + [self.b.load(self.lookup("var", v.name)) for v in free.vars]
+        values += [self.lookup("buffer", buf.name) for buf in free.buffers]
+        data_type = ll.LiteralStructType([v.type for v in values])
+        data = self.allocas.alloca(data_type, name="omp.data")
+        for k, v in enumerate(values):
+            self.b.store(v, self.b.gep(data, [ll.Constant(_I32, 0), ll.Constant(_I32, k)]))
+
+        outlined = ll.Function(self.module, _OMP_BODY,
+                               self.module.get_unique_name(f"{self.fn.name}.omp"))
+        outlined.linkage = "internal"
+        _emit_chunk(outlined, s, free, data_type, self.openmp)
+
+        threads = (ll.Constant(_I32, 0) if s.threads is None
+                   else self._thread_count(self.expr(s.threads)))
+        self.b.call(self.function("GOMP_parallel", _OMP_FUNCS["GOMP_parallel"]),
+                    [outlined, self.b.bitcast(data, _I8P), threads, ll.Constant(_I32, 0)])
+
+    def _thread_count(self, threads: ll.Value) -> ll.Value:
+        """An i64 thread count as GOMP's unsigned; <= 0 means the runtime's default."""
+        positive = self.b.icmp_signed(">", threads, ll.Constant(threads.type, 0))
+        clamped = self.b.select(positive, threads, ll.Constant(threads.type, 0))
+        return self.b.trunc(clamped, _I32) if threads.type.width > 32 else clamped
+
+    def omp_call(self, name: str, dtype: ir.DType) -> ll.Value:
+        """Call an ``omp_get_*`` i32 function; the result widened to ``dtype``."""
+        value = self.b.call(self.function(name, _OMP_FUNCS[name]), [])
+        to = llvm_type(dtype)
+        return value if to == _I32 else self.b.sext(value, to)
+
+
+def _emit_chunk(fn: ll.Function, loop: ir.For, free: FreeValues, data_type: ll.Type,
+                openmp: bool) -> None:
+    """Fill ``fn``: unpack the data struct, run this thread's contiguous iterations."""
+    body = _FunctionBuilder(fn.module, fn, openmp)
+    data = body.b.bitcast(fn.args[0], data_type.as_pointer())
+    fields = [body.b.load(body.b.gep(data, [ll.Constant(_I32, 0), ll.Constant(_I32, k)]))
+              for k in range(len(data_type.elements))]
+    t = loop.var.dtype
+    start, stop, step, tid, nt = (ir.Var(f"omp.{n}", t)
+                                  for n in ("start", "stop", "step", "tid", "nt"))
+    for var, value in zip([start, stop, step, *free.vars], fields):
+        body.declare(var, value)
+    for buf, value in zip(free.buffers, fields[3 + len(free.vars):]):
+        body.bind_buffer(buf, value)
+    body.declare(tid, body.omp_call("omp_get_thread_num", t))
+    body.declare(nt, body.omp_call("omp_get_num_threads", t))
+    body.block(_chunk_loop(loop, start, stop, step, tid, nt))
+    body.finish()
+
+
+def _chunk_loop(loop: ir.For, start: ir.Var, stop: ir.Var, step: ir.Var, tid: ir.Var,
+                nt: ir.Var) -> list[ir.Stmt]:
+    """LIR for thread ``tid`` of ``nt``: iterations [lo, hi) of the loop's trip count,
+    the first ``n % nt`` threads taking one extra."""
+    t = loop.var.dtype
+    one, zero = ir.Const(1, t), ir.Const(0, t)
+    n, chunk, extra, lo, hi, k = (ir.Var(f"omp.{x}", t)
+                                  for x in ("n", "chunk", "extra", "lo", "hi", "k"))
+
+    def op(name: str, a: ir.Expr, b: ir.Expr) -> ir.Expr:
+        return ir.BinOp(name, a, b)
+
+    span = op("sub", op("add", op("sub", stop, start), step), one)
+    return [
+        ir.Declare(n, ir.Select(ir.Cmp("gt", stop, start), op("div", span, step), zero)),
+        ir.Declare(chunk, op("div", n, nt)),
+        ir.Declare(extra, op("rem", n, nt)),
+        ir.Declare(lo, op("add", op("mul", tid, chunk), op("min", tid, extra))),
+        ir.Declare(hi, op("add", op("add", lo, chunk),
+                          ir.Select(ir.Cmp("lt", tid, extra), one, zero))),
+        ir.For(k, lo, hi, one, [ir.Declare(loop.var, op("add", start, op("mul", k, step))),
+                                *loop.body]),
+    ]

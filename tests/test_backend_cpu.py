@@ -1,0 +1,500 @@
+"""The CPU backend against numpy: every LIR node, parallel loops, reload, fallbacks."""
+
+from __future__ import annotations
+
+import threading
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from silvanforge.backends import get_backend
+from silvanforge.backends.cpu import CompiledKernel, Target, compile_kernel, jit, openmp
+from silvanforge.errors import BackendError, SilvanForgeWarning
+from silvanforge.lir import ir
+from silvanforge.lir.printer import print_lir
+
+I, N = ir.Var("i", ir.I64), ir.Var("n", ir.I64)
+NP_TYPES = {ir.F64: np.float64, ir.F32: np.float32, ir.I64: np.int64, ir.I32: np.int32,
+            ir.I8: np.int8}
+
+
+def call(k: CompiledKernel, *args) -> None:
+    """Call a kernel with numpy arrays for buffers and Python numbers for scalars."""
+    k.function(*(a.ctypes.data if isinstance(a, np.ndarray) else a for a in args))
+
+
+def b(op: str, a: ir.Expr, c: ir.Expr) -> ir.BinOp:
+    return ir.BinOp(op, a, c)
+
+
+def elementwise(name: str, outs: list[tuple[ir.DType, ir.Expr]], ins: list[ir.Buffer],
+                **loop) -> ir.Kernel:
+    """``out_k[i] = expr_k`` for i < n, one output buffer per expression."""
+    bufs = [ir.Buffer(f"out{k}", dt) for k, (dt, _) in enumerate(outs)]
+    body = [ir.Store(buf, I, e) for buf, (_, e) in zip(bufs, outs)]
+    return ir.Kernel(name, [*ins, *bufs, N],
+                     [ir.For(I, ir.i64(0), N, ir.i64(1), body, **loop)])
+
+
+def run_elementwise(kernel: ir.Kernel, compiled: CompiledKernel, inputs: list[np.ndarray]):
+    """Run over the rows of ``inputs[0]``; returns the outputs."""
+    n = len(inputs[0])
+    outs = [np.zeros(n, NP_TYPES[p.dtype]) for p in kernel.params[len(inputs):-1]]
+    call(compiled, *inputs, *outs, n)
+    return outs
+
+
+# ---- floating point -------------------------------------------------------------------
+
+FLOAT_BINOPS = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
+                "rem": np.fmod, "min": np.fmin, "max": np.fmax}
+CMPS = {"lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal,
+        "eq": np.equal, "ne": np.not_equal}
+MATH = {"exp": np.exp, "log": np.log, "log1p": np.log1p, "sqrt": np.sqrt,
+        "fabs": np.fabs, "trunc": np.trunc, "floor": np.floor}
+
+
+def float_kernel(dt: ir.DType) -> ir.Kernel:
+    x, y = ir.Buffer("x", dt, readonly=True), ir.Buffer("y", dt, readonly=True)
+    lx, ly = ir.Load(x, I), ir.Load(y, I)
+    outs = [(dt, b(op, lx, ly)) for op in FLOAT_BINOPS]
+    outs += [(ir.I8, ir.Cast(ir.Cmp(op, lx, ly), ir.I8)) for op in CMPS]
+    outs += [(dt, ir.Math(f, lx)) for f in MATH]
+    outs += [(ir.I8, ir.Cast(ir.IsNaN(lx), ir.I8)),
+             (ir.I8, ir.Cast(ir.Not(ir.Cmp("lt", lx, ly)), ir.I8)),
+             (dt, ir.Select(ir.Cmp("gt", lx, ir.Const(0.5, dt)), lx, ly))]
+    return elementwise(f"float_{dt.name}", outs, [x, y])
+
+
+@pytest.fixture(scope="module", params=[ir.F64, ir.F32], ids=["f64", "f32"])
+def float_case(request):
+    kernel = float_kernel(request.param)
+    return kernel, compile_kernel(kernel), NP_TYPES[request.param]
+
+
+floats = st.one_of(st.floats(allow_nan=True, allow_infinity=True, width=32),
+                   st.sampled_from([0.0, -0.0, 0.5, 1.0, -1.0, 2.5, -3.75]))
+
+
+@given(data=st.data())
+def test_float_ops_match_numpy(float_case, data):
+    kernel, compiled, npt = float_case
+    n = data.draw(st.integers(1, 20))
+    x = data.draw(hnp.arrays(npt, n, elements=floats))
+    y = data.draw(hnp.arrays(npt, n, elements=floats))
+    outs = iter(run_elementwise(kernel, compiled, [x, y]))
+    tol = dict(rtol=2e-6 if npt == np.float32 else 1e-14, atol=0, equal_nan=True)
+    with np.errstate(all="ignore"):
+        for op, f in FLOAT_BINOPS.items():
+            np.testing.assert_allclose(next(outs), f(x, y).astype(npt), err_msg=op, **tol)
+        ordered = ~np.isnan(x) & ~np.isnan(y)
+        for op, f in CMPS.items():
+            np.testing.assert_array_equal(next(outs), f(x, y) & ordered, err_msg=op)
+        for name, f in MATH.items():
+            np.testing.assert_allclose(next(outs), f(x), err_msg=name, **tol)
+    np.testing.assert_array_equal(next(outs), np.isnan(x))
+    np.testing.assert_array_equal(next(outs), ~((x < y) & ordered))
+    np.testing.assert_array_equal(next(outs), np.where(x > 0.5, x, y))
+
+
+# ---- integers -------------------------------------------------------------------------
+
+def int_kernel(dt: ir.DType) -> ir.Kernel:
+    x, y, s = (ir.Buffer(name, dt, readonly=True) for name in "xys")
+    lx, ly, ls = ir.Load(x, I), ir.Load(y, I), ir.Load(s, I)
+    outs = [(dt, b(op, lx, ly)) for op in
+            ("add", "sub", "mul", "div", "rem", "and", "or", "xor", "min", "max")]
+    outs += [(dt, b(op, lx, ls)) for op in ("shl", "lshr", "ashr")]
+    outs += [(ir.I8, ir.Cast(ir.Cmp(op, lx, ly), ir.I8)) for op in CMPS]
+    return elementwise(f"int_{dt.name}", outs, [x, y, s])
+
+
+@pytest.fixture(scope="module", params=[ir.I64, ir.I32], ids=["i64", "i32"])
+def int_case(request):
+    kernel = int_kernel(request.param)
+    return kernel, compile_kernel(kernel), NP_TYPES[request.param]
+
+
+@given(data=st.data())
+def test_int_ops_match_numpy(int_case, data):
+    kernel, compiled, npt = int_case
+    info = np.iinfo(npt)
+    bits = info.bits
+    n = data.draw(st.integers(1, 20))
+    x = data.draw(hnp.arrays(npt, n, elements=st.integers(info.min + 1, info.max)))
+    y = data.draw(hnp.arrays(npt, n, elements=st.integers(info.min + 1, info.max)
+                             .filter(bool)))
+    s = data.draw(hnp.arrays(npt, n, elements=st.integers(0, bits - 1)))
+    outs = iter(run_elementwise(kernel, compiled, [x, y, s]))
+    unsigned = x.view(f"u{npt().itemsize}")
+    # C division truncates toward zero; numpy's // floors.
+    quotient = np.array([abs(int(a)) // abs(int(c)) * (1 if (a < 0) == (c < 0) else -1)
+                         for a, c in zip(x, y)], dtype=npt)
+    with np.errstate(over="ignore"):
+        expected = [x + y, x - y, x * y, quotient, np.fmod(x, y), x & y, x | y, x ^ y,
+                    np.minimum(x, y), np.maximum(x, y), x << s,
+                    (unsigned >> s.astype(unsigned.dtype)).view(npt), x >> s]
+    for k, e in enumerate(expected):
+        np.testing.assert_array_equal(next(outs), e, err_msg=str(k))
+    for op, f in CMPS.items():
+        np.testing.assert_array_equal(next(outs), f(x, y), err_msg=op)
+
+
+def test_bitset_membership_on_uint32_words():
+    # Category bitsets are uint32 words stored as i32: the test needs a logical shift.
+    words, cats = ir.Buffer("words", ir.I32, readonly=True), ir.Buffer("c", ir.I32)
+    c = ir.Load(cats, I)
+    word = ir.Load(words, ir.Cast(b("lshr", c, ir.Const(5, ir.I32)), ir.I64))
+    bit = b("and", b("lshr", word, b("and", c, ir.Const(31, ir.I32))), ir.Const(1, ir.I32))
+    kernel = elementwise("bitset", [(ir.I8, ir.Cast(ir.Cmp("ne", bit, ir.Const(0, ir.I32)),
+                                                    ir.I8))], [cats, words])
+    rng = np.random.default_rng(0)
+    bitset = rng.integers(0, 2**32, 2, dtype=np.uint32) | np.uint32(0x80000000)
+    categories = np.arange(64, dtype=np.int32)
+    (out,) = run_elementwise(kernel, compile_kernel(kernel),
+                             [categories, bitset.view(np.int32)])
+    expected = (bitset[categories >> 5] >> (categories & 31).astype(np.uint32)) & 1
+    np.testing.assert_array_equal(out, expected)
+    assert out[31] == 1 and out[63] == 1  # the sign bits
+
+
+# ---- casts ----------------------------------------------------------------------------
+
+CASTS = [(ir.F64, ir.I32), (ir.F64, ir.I64), (ir.F32, ir.I32), (ir.F64, ir.F32),
+         (ir.F32, ir.F64), (ir.I64, ir.I32), (ir.I32, ir.I64), (ir.I8, ir.I64),
+         (ir.I64, ir.I8), (ir.I64, ir.F64), (ir.I32, ir.F32)]
+
+
+@pytest.mark.parametrize("src,dst", CASTS, ids=[f"{s}-{d}" for s, d in CASTS])
+def test_casts_match_numpy(src, dst):
+    x = ir.Buffer("x", src, readonly=True)
+    kernel = elementwise("cast", [(dst, ir.Cast(ir.Load(x, I), dst))], [x])
+    if src.is_float:  # values that fit every destination; float→int truncates to zero
+        values = np.array([0.0, -0.0, 0.4, -0.6, 1.5, -2.5, 99.99, -127.9, 1e6 + 0.5])
+    else:
+        values = np.array([0, 1, -1, 127, -128, 300, -70000, 2**31 - 1, -2**31])
+    x_np = values.astype(NP_TYPES[src])
+    (out,) = run_elementwise(kernel, compile_kernel(kernel), [x_np])
+    np.testing.assert_array_equal(out, x_np.astype(NP_TYPES[dst]))
+
+
+def test_bool_casts():
+    x = ir.Buffer("x", ir.I64, readonly=True)
+    positive = ir.Cmp("gt", ir.Load(x, I), ir.i64(0))
+    outs = [(ir.I64, ir.Cast(positive, ir.I64)), (ir.F64, ir.Cast(positive, ir.F64)),
+            (ir.I8, ir.Cast(ir.Cast(ir.Load(x, I), ir.BOOL), ir.I8))]
+    kernel = elementwise("bools", outs, [x])
+    x_np = np.array([-5, 0, 3, 2**40])
+    ints, floats_, nonzero = run_elementwise(kernel, compile_kernel(kernel), [x_np])
+    np.testing.assert_array_equal(ints, [0, 0, 1, 1])
+    np.testing.assert_array_equal(floats_, [0.0, 0.0, 1.0, 1.0])
+    np.testing.assert_array_equal(nonzero, [1, 0, 1, 1])
+
+
+def test_constants_of_every_type():
+    outs = [(ir.F32, ir.Const(0.1, ir.F32)), (ir.F64, ir.Const(float("-inf"), ir.F64)),
+            (ir.F64, ir.Const(float("nan"), ir.F64)), (ir.I32, ir.Const(-7, ir.I32)),
+            (ir.I8, ir.Cast(ir.Const(True, ir.BOOL), ir.I8))]
+    kernel = elementwise("consts", outs, [])
+    res = [np.zeros(1, NP_TYPES[dt]) for dt, _ in outs]
+    call(compile_kernel(kernel), *res, 1)
+    assert res[0][0] == np.float32(0.1) and res[1][0] == -np.inf and np.isnan(res[2][0])
+    assert res[3][0] == -7 and res[4][0] == 1
+
+
+# ---- control flow, locals, memory -----------------------------------------------------
+
+def test_while_nested_if_and_local_array():
+    # Per element: the number of halvings to reach <= 1 (while), a 3-way class (nested
+    # ifs), and a sum through a 4-element local array written in an unrolled loop.
+    x = ir.Buffer("x", ir.I64, readonly=True)
+    steps, cls, acc = (ir.Buffer(name, ir.I64) for name in ("steps", "cls", "acc"))
+    v, c, j, total = (ir.Var(name, ir.I64) for name in ("v", "c", "j", "total"))
+    local = ir.Buffer("tmp", ir.I64, size=4)
+    body = [
+        ir.Declare(v, ir.Load(x, I)), ir.Declare(c, ir.i64(0)),
+        ir.While(ir.Cmp("gt", v, ir.i64(1)),
+                 [ir.Assign(v, b("div", v, ir.i64(2))), ir.Assign(c, b("add", c, ir.i64(1)))]),
+        ir.Store(steps, I, c),
+        ir.If(ir.Cmp("lt", ir.Load(x, I), ir.i64(10)),
+              [ir.If(ir.Cmp("lt", ir.Load(x, I), ir.i64(0)),
+                     [ir.Store(cls, I, ir.i64(-1))], [ir.Store(cls, I, ir.i64(0))])],
+              [ir.Store(cls, I, ir.i64(1))]),
+        ir.LocalArray(local),
+        ir.For(j, ir.i64(0), ir.i64(4), ir.i64(1),
+               [ir.Store(local, j, b("mul", ir.Load(x, I), j))], unroll=True),
+        ir.Declare(total, ir.i64(0)),
+        ir.For(j, ir.i64(0), ir.i64(4), ir.i64(1),
+               [ir.Prefetch(x, I), ir.Assign(total, b("add", total, ir.Load(local, j)))]),
+        ir.Store(acc, I, total),
+    ]
+    kernel = ir.Kernel("control", [x, steps, cls, acc, N],
+                       [ir.For(I, ir.i64(0), N, ir.i64(1), body)])
+    compiled = compile_kernel(kernel)
+    assert "llvm.prefetch" in compiled.llvm_ir
+    x_np = np.array([-3, 0, 1, 2, 9, 10, 1000, 2**40])
+    outs = [np.zeros_like(x_np) for _ in range(3)]
+    call(compiled, x_np, *outs, len(x_np))
+    halvings = [0, 0, 0, 1, 3, 3, 9, 40]
+    np.testing.assert_array_equal(outs[0], halvings)
+    np.testing.assert_array_equal(outs[1], np.where(x_np < 0, -1, np.where(x_np < 10, 0, 1)))
+    np.testing.assert_array_equal(outs[2], x_np * 6)
+
+
+def test_serial_loop_with_start_and_step_and_i32_index():
+    j = ir.Var("j", ir.I32)
+    out = ir.Buffer("out", ir.I32)
+    kernel = ir.Kernel("strided", [out, ir.Var("m", ir.I32)],
+                       [ir.For(j, ir.Const(3, ir.I32), ir.Var("m", ir.I32), ir.Const(4, ir.I32),
+                               [ir.Store(out, j, j)])])
+    res = np.full(20, -1, np.int32)
+    call(compile_kernel(kernel), res, 18)
+    expected = np.full(20, -1, np.int32)
+    expected[3:18:4] = np.arange(3, 18, 4)
+    np.testing.assert_array_equal(res, expected)
+
+
+# ---- parallel loops -------------------------------------------------------------------
+
+def parallel_kernel(threads: ir.Expr | None) -> ir.Kernel:
+    """out[i] = i * 3 + offset and visits[i] += 1 for i in range(start, stop, step)."""
+    out, visits = ir.Buffer("out", ir.I64), ir.Buffer("visits", ir.I64)
+    start, stop, step, offset = (ir.Var(n, ir.I64) for n in ("start", "stop", "step", "off"))
+    tmp = ir.Var("tmp", ir.I64)
+    body = [ir.Declare(tmp, b("mul", I, ir.i64(3))),
+            ir.Assign(tmp, b("add", tmp, offset)),
+            ir.Store(out, I, tmp), ir.AtomicAdd(visits, I, ir.i64(1))]
+    return ir.Kernel("par", [out, visits, start, stop, step, offset],
+                     [ir.For(I, start, stop, step, body, parallel=True, threads=threads)])
+
+
+@pytest.fixture(scope="module")
+def par_kernels():
+    t = ir.Var("t", ir.I64)
+    with_threads = parallel_kernel(t)
+    with_threads.params = [*with_threads.params, t]
+    return {"param": compile_kernel(with_threads), "default": compile_kernel(
+        parallel_kernel(None))}
+
+
+def check_parallel(k: CompiledKernel, start: int, stop: int, step: int, *threads) -> None:
+    size = max(stop, 1)
+    out, visits = np.full(size, -1, np.int64), np.zeros(size, np.int64)
+    call(k, out, visits, start, stop, step, 5, *threads)
+    idx = np.arange(start, stop, step)
+    expected_visits = np.zeros(size, np.int64)
+    expected_visits[idx] = 1
+    expected_out = np.full(size, -1, np.int64)
+    expected_out[idx] = idx * 3 + 5
+    np.testing.assert_array_equal(visits, expected_visits)
+    np.testing.assert_array_equal(out, expected_out)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3, 0])
+@pytest.mark.parametrize("trips", [0, 1, 7, 1000])
+def test_parallel_loop_threads_and_trip_counts(par_kernels, threads, trips):
+    assert "GOMP_parallel" in par_kernels["param"].llvm_ir
+    check_parallel(par_kernels["param"], 0, trips, 1, threads)
+    check_parallel(par_kernels["param"], 2, 2 + 3 * trips, 3, threads)
+
+
+def test_parallel_loop_default_threads_and_empty_ranges(par_kernels):
+    check_parallel(par_kernels["default"], 0, 1000, 1)
+    check_parallel(par_kernels["default"], 5, 3, 1)  # stop < start: no iteration
+    check_parallel(par_kernels["default"], 1, 10, 4)
+
+
+@given(start=st.integers(-5, 40), length=st.integers(-3, 60), step=st.integers(1, 9),
+       threads=st.integers(0, 4))
+def test_parallel_chunks_cover_every_iteration_once(par_kernels, start, length, step,
+                                                     threads):
+    start = max(start, 0)  # indices into the buffers
+    check_parallel(par_kernels["param"], start, start + length, step, threads)
+
+
+def test_nested_parallel_loops():
+    j, cols = ir.Var("j", ir.I64), ir.Var("cols", ir.I64)
+    out = ir.Buffer("out", ir.I64)
+    inner = ir.For(j, ir.i64(0), cols, ir.i64(1), parallel=True, threads=ir.i64(2), body=[
+        ir.Store(out, b("add", b("mul", I, cols), j), b("add", b("mul", I, ir.i64(100)), j))])
+    kernel = ir.Kernel("grid", [out, N, cols], [ir.For(I, ir.i64(0), N, ir.i64(1), [inner],
+                                                       parallel=True, threads=ir.i64(2))])
+    res = np.zeros((5, 7), np.int64)
+    call(compile_kernel(kernel), res, 5, 7)
+    np.testing.assert_array_equal(res, np.arange(5)[:, None] * 100 + np.arange(7))
+
+
+def test_parallel_loop_called_from_many_python_threads(par_kernels):
+    errors = []
+
+    def work(seed: int) -> None:
+        try:
+            for trips in range(50):
+                check_parallel(par_kernels["param"], seed, seed + 37 * trips, 1 + seed % 3,
+                               1 + seed % 3)
+        except AssertionError as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    workers = [threading.Thread(target=work, args=(s,)) for s in range(6)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert not errors
+
+
+def test_parallel_float_atomics_and_nested_loops():
+    # A histogram: many iterations add into the same bins; each iteration also runs an
+    # inner serial loop over a local variable (declared inside, so legal).
+    x, hist = ir.Buffer("x", ir.F64, readonly=True), ir.Buffer("hist", ir.F64)
+    j, acc = ir.Var("j", ir.I64), ir.Var("acc", ir.F64)
+    body = [ir.Declare(acc, ir.Const(0.0, ir.F64)),
+            ir.For(j, ir.i64(0), ir.i64(3), ir.i64(1),
+                   [ir.Assign(acc, b("add", acc, ir.Load(x, I)))]),
+            ir.AtomicAdd(hist, b("rem", I, ir.i64(4)), acc)]
+    kernel = ir.Kernel("hist", [x, hist, N], [ir.For(I, ir.i64(0), N, ir.i64(1), body,
+                                                     parallel=True, threads=ir.i64(3))])
+    x_np = np.arange(1001, dtype=np.float64)
+    hist_np = np.zeros(4)
+    call(compile_kernel(kernel), x_np, hist_np, len(x_np))
+    np.testing.assert_array_equal(hist_np, [3 * x_np[k::4].sum() for k in range(4)])
+
+
+def test_parallel_loop_refuses_shared_mutable_scalars():
+    out, acc = ir.Buffer("out", ir.F64), ir.Var("acc", ir.F64)
+    kernel = ir.Kernel("racy", [out, N], [
+        ir.Declare(acc, ir.Const(0.0, ir.F64)),
+        ir.For(I, ir.i64(0), N, ir.i64(1), [ir.Assign(acc, ir.Load(out, I))], parallel=True),
+        ir.Store(out, ir.i64(0), acc)])
+    with pytest.raises(BackendError, match="'acc'"):
+        compile_kernel(kernel)
+    loop_var = ir.Kernel("stepper", [N], [ir.For(I, ir.i64(0), N, ir.i64(1),
+                                                 [ir.Assign(I, N)], parallel=True)])
+    with pytest.raises(BackendError, match="'i'"):
+        compile_kernel(loop_var)
+
+
+def test_undefined_names_raise():
+    out = ir.Buffer("out", ir.I64)
+    with pytest.raises(BackendError, match="undefined var 'ghost'"):
+        compile_kernel(ir.Kernel("k", [out], [ir.Store(out, ir.i64(0), ir.Var("ghost", ir.I64))]))
+    with pytest.raises(BackendError, match="undefined buffer 'out'"):
+        compile_kernel(ir.Kernel("k", [], [ir.Store(out, ir.i64(0), ir.i64(1))]))
+
+
+@pytest.fixture
+def no_openmp(monkeypatch):
+    monkeypatch.setattr(openmp, "candidates", lambda: ["/nonexistent/libgomp.so.1"])
+    openmp.runtime.cache_clear()
+    yield
+    openmp.runtime.cache_clear()
+
+
+def test_without_openmp_parallel_loops_run_serially_with_one_warning(no_openmp):
+    with pytest.warns(SilvanForgeWarning, match="no OpenMP runtime"):
+        k = compile_kernel(parallel_kernel(None))
+    assert "GOMP" not in k.llvm_ir
+    check_parallel(k, 0, 1000, 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        compile_kernel(parallel_kernel(ir.i64(2)))
+
+
+# ---- object code, targets -------------------------------------------------------------
+
+def test_object_code_reloads_without_recompiling(par_kernels, monkeypatch):
+    original = par_kernels["param"]
+
+    def no_compiling(*args, **kwargs):
+        raise AssertionError("reloading must not compile")
+
+    monkeypatch.setattr(jit, "render_module", no_compiling)
+    monkeypatch.setattr(jit, "_optimise", no_compiling)
+    reloaded = CompiledKernel.from_object(original.object_code, original.target, "par",
+                                          original.params)
+    assert reloaded.llvm_ir is None and reloaded.address != original.address
+    check_parallel(reloaded, 1, 500, 2, 3)
+
+
+def test_object_code_for_missing_cpu_features_is_refused(par_kernels):
+    k = par_kernels["default"]
+    alien = Target(k.target.triple, "future-cpu", k.target.features + ",+quantum-avx")
+    with pytest.raises(BackendError, match="quantum-avx"):
+        CompiledKernel.from_object(k.object_code, alien, "par", k.params)
+    arm = Target("aarch64-unknown-linux-gnu", "neoverse-v2", "+neon")
+    with pytest.raises(BackendError, match="aarch64"):
+        CompiledKernel.from_object(k.object_code, arm, "par", k.params)
+    with pytest.raises(BackendError, match="no function 'nope'"):
+        CompiledKernel.from_object(k.object_code, k.target, "nope", k.params)
+
+
+def test_function_outlives_its_compiled_kernel():
+    out = ir.Buffer("out", ir.I64)
+    fn = compile_kernel(ir.Kernel("one", [out], [ir.Store(out, ir.i64(0), ir.i64(1))])).function
+    res = np.zeros(1, np.int64)
+    fn(res.ctypes.data)
+    assert res[0] == 1
+
+
+@pytest.mark.parametrize("opt", [0, 1, 3])
+def test_optimisation_levels(opt):
+    k = compile_kernel(parallel_kernel(ir.i64(2)), opt=opt)
+    check_parallel(k, 0, 7, 1)
+
+
+def test_backend_registry():
+    assert get_backend("cpu").compile_kernel is compile_kernel
+    with pytest.raises(BackendError, match="unknown backend"):
+        get_backend("tpu")
+
+
+# ---- printer --------------------------------------------------------------------------
+
+def test_printer_shows_every_node():
+    x, loc = ir.Buffer("x", ir.F32, readonly=True), ir.Buffer("loc", ir.I32, size=8)
+    out = ir.Buffer("out", ir.F32)
+    v, k = ir.Var("v", ir.F32), ir.Var("k", ir.I64)
+    lv = ir.Load(x, I)
+    kernel = ir.Kernel("show", [x, out, N], [
+        ir.For(I, ir.i64(0), N, ir.i64(1), parallel=True, threads=ir.i64(4), body=[
+            ir.Declare(v, ir.Math("sqrt", lv)),
+            ir.LocalArray(loc),
+            ir.Prefetch(x, b("add", I, ir.i64(16))),
+            ir.If(ir.Not(ir.IsNaN(v)),
+                  [ir.Assign(v, ir.Select(ir.Cmp("le", v, ir.Const(1.5, ir.F32)),
+                                          b("max", v, lv), v))],
+                  [ir.Assign(v, ir.Const(0.0, ir.F32))]),
+            ir.While(ir.Const(False, ir.BOOL), []),
+            ir.For(k, ir.i64(0), ir.i64(8), ir.i64(2), unroll=True, body=[
+                ir.Store(loc, k, b("lshr", ir.Cast(k, ir.I32), ir.Const(1, ir.I32)))]),
+            ir.Store(out, I, v),
+            ir.AtomicAdd(out, ir.i64(0), v)])])
+    assert print_lir(kernel) == """\
+kernel show(const f32* x, f32* out, i64 n) {
+  parallel for [threads=4] (i64 i = 0; i < n; i += 1) {
+    f32 v = sqrt(x[i]);
+    i32 loc[8];
+    prefetch(&x[(i + 16)]);
+    if (!isnan(v)) {
+      v = ((v <= 1.5) ? max(v, x[i]) : v);
+    } else {
+      v = 0.0;
+    }
+    while (false) {
+    }
+    unroll for (i64 k = 0; k < 8; k += 2) {
+      loc[k] = ((i32)k >>> 1);
+    }
+    out[i] = v;
+    atomic_add(&out[0], v);
+  }
+}"""
+    # ... and the same kernel compiles and runs.
+    x_np = np.array([0.25, 4.0, np.nan], np.float32)
+    out_np = np.zeros(3, np.float32)
+    call(compile_kernel(kernel), x_np, out_np, 3)
+    assert out_np[1] == 2.0 and out_np[2] == 0.0
