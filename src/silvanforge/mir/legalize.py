@@ -1,0 +1,171 @@
+"""MIR passes: reduction legalisation (seed 002 §6) and the peelWalk check.
+
+Reduction legalisation. A *conflicting loop* of a reduce is an enclosing tree loop whose
+iterations run concurrently (``parallel`` or GPU-mapped): two of its iterations add into
+the same ``result`` elements. Batch loops never conflict (each iteration owns its rows).
+For each distinct tuple of conflicting loops (outermost first) the pass declares a
+privatized buffer ``result_p<i>`` of shape ``(trip_0, ..., trip_m-1, N, n_outputs)``; the
+reduce adds into slot ``(var - lower) floordiv step`` of each conflicting loop. Right
+after conflicting loop ``j`` it inserts ``reduce_dimension_inplace(buf, j, ...)`` (``j >
+0``) or ``reduce_dimension(result, buf, 0, ...)`` (``j == 0``) over the rows the loop's
+body covered. ``atomicReduce(v)`` takes v out of the conflicting loops and marks the
+reduces atomic instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from ..errors import ScheduleError
+from ..model.forest import Forest
+from .ir import (N, Affine, Bound, BufferDecl, Function, InterleavedWalk, Loop, Op, Reduce,
+                 ReduceDimension, ReduceDimensionInplace, Walk)
+
+
+def covered(body: tuple[Op, ...] | list[Op], kind: str,
+            end: Affine) -> list[tuple[Bound, Bound]]:
+    """Distinct index ranges (rows or trees, per ``kind``) that ops in body use.
+
+    A ``kind`` loop covers its own range (loop variables are absolute indices, and loops
+    derived from it cover parts of it); a walk outside such loops covers its one index
+    (``min`` with ``end``: an interleave member past a remainder covers nothing).
+    """
+    found: list[tuple[Bound, Bound]] = []
+
+    def add(r: tuple[Bound, Bound]) -> None:
+        if r not in found:
+            found.append(r)
+
+    for op in body:
+        if isinstance(op, Loop):
+            for r in ([(op.lower, op.upper)] if op.kind == kind else covered(op.body, kind, end)):
+                add(r)
+        for walk in (op.members if isinstance(op, InterleavedWalk)
+                     else [op] if isinstance(op, Walk) else []):
+            index = walk.row if kind == "batch" else walk.tree
+            add((Bound.of(index), Bound.of(index + 1, end)))
+    return found
+
+
+def _conflicting(loop: Loop) -> bool:
+    return loop.kind == "tree" and loop.concurrent and not loop.atomic_reduce
+
+
+def _slot(loop: Loop) -> Affine:
+    lo = loop.lower.single
+    if lo is None:
+        raise ScheduleError(f"cannot privatize the reduction over {loop.var}: its lower "
+                            f"bound {loop.lower} is not a single expression")
+    index = Affine.var(loop.var) - lo
+    return index.floordiv(loop.step) if loop.step > 1 else index
+
+
+def legalize_reductions(fn: Function) -> Function:
+    """Privatize reductions that parallel tree loops would race on (see module doc)."""
+    buffers: dict[tuple[str, ...], BufferDecl] = {}
+
+    def buffer_for(stack: tuple[Loop, ...]) -> tuple[str, tuple[Affine, ...]] | None:
+        loops = [lp for lp in stack if _conflicting(lp)]
+        if not loops:
+            return None
+        key = tuple(lp.var for lp in loops)
+        if key not in buffers:
+            trips = tuple(lp.max_trip() for lp in loops)
+            buffers[key] = BufferDecl(f"{fn.result}_p{len(buffers)}", (*trips, N, "n_outputs"))
+        return buffers[key].name, tuple(_slot(lp) for lp in loops)
+
+    def rewrite(ops: tuple[Op, ...], stack: tuple[Loop, ...]) -> list[Op]:
+        out: list[Op] = []
+        for op in ops:
+            if isinstance(op, Reduce):
+                atomic = any(lp.kind == "tree" and lp.concurrent and lp.atomic_reduce
+                             for lp in stack)
+                target = buffer_for(stack)
+                op = replace(op, atomic=atomic) if target is None else replace(
+                    op, target=target[0], privatized=target[1], atomic=atomic)
+                out.append(op)
+            elif isinstance(op, Loop):
+                inner = stack + (op,)
+                body = tuple(rewrite(op.body, inner))
+                out.append(replace(op, body=body))
+                if _conflicting(op):
+                    out += flushes(op, body, inner)
+            else:
+                out.append(op)
+        return out
+
+    def flushes(loop: Loop, body: tuple[Op, ...], inner: tuple[Loop, ...]) -> list[Op]:
+        rows = covered(body, "batch", Affine.var(N))
+        used = _targets(body)
+        ops: list[Op] = []
+        for key, decl in buffers.items():
+            if decl.name not in used or loop.var not in key:
+                continue
+            j = key.index(loop.var)
+            outer = tuple(_slot(lp) for lp in inner if _conflicting(lp))[:j]
+            for r in rows:
+                ops.append(ReduceDimension(fn.result, decl.name, 0, (), r, loop.vector_reduce,
+                                           loop.shared_reduce) if j == 0 else
+                           ReduceDimensionInplace(decl.name, j, outer, r, loop.vector_reduce,
+                                                  loop.shared_reduce))
+        return ops
+
+    _check_reduce_attrs(fn.body)
+    body = tuple(rewrite(fn.body, ()))
+    return replace(fn, buffers=fn.buffers + tuple(buffers.values()), body=body)
+
+
+def _targets(ops: tuple[Op, ...]) -> set[str]:
+    found: set[str] = set()
+    for op in ops:
+        if isinstance(op, Reduce):
+            found.add(op.target)
+        elif isinstance(op, Loop):
+            found |= _targets(op.body)
+    return found
+
+
+def _check_reduce_attrs(ops: tuple[Op, ...]) -> None:
+    """Reduction directives name loops that reductions conflict on."""
+    for op in ops:
+        if isinstance(op, Loop):
+            asked = [name for name, on in (("atomicReduce", op.atomic_reduce),
+                                           ("vectorReduce", op.vector_reduce),
+                                           ("sharedReduce", op.shared_reduce)) if on]
+            if asked and not (op.kind == "tree" and op.concurrent):
+                raise ScheduleError(f"{asked[0]}({op.var}): {op.var} is not a parallel or "
+                                    "GPU-mapped tree loop, so no reduction conflicts on it")
+            _check_reduce_attrs(op.body)
+
+
+def check_peel(fn: Function, forest: Forest) -> None:
+    """peelWalk(v, n): every tree a peeled walk can visit has all leaves at depth >= n."""
+    depth = forest.node_depth
+    leaf = forest.is_leaf
+    shallowest = np.array([depth[s][leaf[s]].min() for s in map(forest.tree, range(forest.n_trees))],
+                          dtype=np.int64) if forest.n_trees else np.zeros(0, np.int64)
+
+    def visit(ops: tuple[Op, ...], loops: tuple[Loop, ...]) -> None:
+        for op in ops:
+            if isinstance(op, Loop):
+                visit(op.body, loops + ((op,) if op.kind == "tree" else ()))
+            elif isinstance(op, (Walk, InterleavedWalk)) and op.peel_depth:
+                members = op.members if isinstance(op, InterleavedWalk) else (op,)
+                for t in sorted(_tree_values([m.tree for m in members], loops, forest.n_trees)):
+                    if shallowest[t] < op.peel_depth:
+                        raise ScheduleError(
+                            f"peelWalk(..., {op.peel_depth}): tree {t} has a leaf at depth "
+                            f"{shallowest[t]}; peel at most the shallowest leaf depth")
+
+    visit(fn.body, ())
+
+
+def _tree_values(exprs: list[Affine], loops: tuple[Loop, ...], n_trees: int) -> set[int]:
+    """Every tree index the expressions take over the enclosing tree loops."""
+    envs: list[dict[str, int]] = [{}]
+    for lp in loops:
+        envs = [{**env, lp.var: v} for env in envs
+                for v in range(lp.lower.evaluate(env), lp.upper.evaluate(env), lp.step)]
+    return {t for env in envs for e in exprs if 0 <= (t := e.evaluate(env)) < n_trees}

@@ -1,0 +1,52 @@
+"""Named schedules: the seed's well-known loop orders, written in the schedule language.
+
+Each entry is a function of the forest's tree count (schedules whose sizes depend on the
+forest) returning the text form, so every named schedule is also an example of it.
+
+- ``default``: CPU default, rows in blocks of 64, all trees for a block, then the next
+  block; blocks in parallel (``tile(batch, b0, b1, 64); reorder(b0, tree, b1);
+  parallel(b0)``). A tree's nodes stay in cache across 64 rows, and parallelism is over
+  independent rows, so no reduction needs legalising.
+- ``xgboost``: seed §4.2, the same shape with XGBoost's chunk of 64 rows.
+- ``one_tree_at_a_time``: ``reorder(tree, batch)``: one tree over the whole batch.
+- ``tree_parallel``: the tree loop tiled into ``chunks`` parallel chunks (2 by default,
+  at most T), each summing its trees for every row; needs reduction legalisation.
+
+>>> print(named("one_tree_at_a_time", n_trees=10))
+reorder(tree, batch)
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from ..errors import ScheduleError
+from .schedule import Schedule
+
+
+def _default(n_trees: int) -> str:
+    return "tile(batch, b0, b1, 64)\nreorder(b0, tree, b1)\nparallel(b0)"
+
+
+def _tree_parallel(n_trees: int, chunks: int = 2) -> str:
+    per_chunk = -(-max(n_trees, 1) // max(1, min(chunks, n_trees)))
+    return f"tile(tree, t0, t1, {per_chunk})\nparallel(t0)"
+
+
+LIBRARY: dict[str, Callable[..., str]] = {
+    "default": _default,
+    "xgboost": _default,
+    "one_tree_at_a_time": lambda n_trees: "reorder(tree, batch)",
+    "tree_parallel": _tree_parallel,
+}
+
+
+def named(name: str, n_trees: int, **options: int) -> Schedule:
+    """The named schedule for a forest of ``n_trees`` trees.
+
+    >>> named("tree_parallel", n_trees=10, chunks=3).loop_order()
+    [['batch', 't0', 't1']]
+    """
+    if name not in LIBRARY:
+        raise ScheduleError(f"unknown schedule {name!r}; known: {', '.join(LIBRARY)}")
+    return Schedule.parse(LIBRARY[name](n_trees, **options), n_trees)
