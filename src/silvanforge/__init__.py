@@ -10,8 +10,9 @@ from .errors import (InputError, MissingDependencyError, ModelFormatError,
                      SilvanForgeError, UnsupportedModelError)
 from .frontends import load
 from .model import Forest
+from .runtime.predictor import Predictor, compile, load_predictor
 
 __version__ = "0.1.0"
 
-__all__ = ["load", "Forest", "reference", "SilvanForgeError", "ModelFormatError",
+__all__ = ["load", "compile", "load_predictor", "Predictor", "Forest", "reference", "SilvanForgeError", "ModelFormatError",
            "UnsupportedModelError", "InputError", "MissingDependencyError", "__version__"]

@@ -94,7 +94,10 @@ def _leaf_values(f: Forest, X: np.ndarray, leaf: np.ndarray) -> np.ndarray:
         k = np.where(has, offset + j, 0)
         xv = X[row, lin.feature[k]] if len(lin.feature) else np.zeros(leaf.shape)
         nan_found |= has & np.isnan(xv)
-        out += np.where(has & ~np.isnan(xv), lin.coeff[k] * np.nan_to_num(xv), 0.0)
+        # An infinite input gives coeff * inf, as in LightGBM; NaN never reaches the sum.
+        with np.errstate(invalid="ignore"):
+            out += np.where(has & ~np.isnan(xv), lin.coeff[k] * np.where(np.isnan(xv), 0.0, xv),
+                            0.0)
     # LightGBM: any NaN among a leaf's features falls back to the constant leaf value.
     return np.where(nan_found, values[..., 0], out)[..., None]
 

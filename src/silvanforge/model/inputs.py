@@ -92,4 +92,7 @@ def as_rows(X: Any, forest: Any) -> np.ndarray:
     if arr.shape[1] != forest.n_features:
         raise InputError(f"the model expects {forest.n_features} features (columns) but "
                          f"the input has {arr.shape[1]}")
-    return np.ascontiguousarray(arr, dtype=forest.input_dtype)
+    # Values beyond float32's range become infinities, as in the libraries that round
+    # inputs to float32: that is the semantics, not an accident worth a warning.
+    with np.errstate(over="ignore"):
+        return np.ascontiguousarray(arr, dtype=forest.input_dtype)

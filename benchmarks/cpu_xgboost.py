@@ -1,0 +1,97 @@
+"""SilvanForge's compiled CPU predictor against XGBoost's inplace_predict, same rows.
+
+    python benchmarks/cpu_xgboost.py [MODEL.json] [ROWS.csv]
+
+Defaults to ../shared/models/higgs.json and its test rows. Reports medians of the
+ratio of interleaved runs (the machine is shared and noisy: never one absolute time),
+ns per row and per internal node visited, 1- and 2-thread scaling, and compile time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+import silvanforge
+from silvanforge import reference
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SHARED = os.path.join(HERE, "..", "..", "shared", "models")
+
+
+def _rows(path: str, n_features: int, n: int) -> np.ndarray:
+    data = np.loadtxt(path, delimiter=",", ndmin=2)[:, :n_features].astype(np.float32)
+    reps = -(-n // len(data))
+    return np.ascontiguousarray(np.tile(data, (reps, 1))[:n])
+
+
+def _time(fn, repeat: int) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def _median_ratio(a, b, rounds: int = 15, repeat: int = 3) -> tuple[float, float, float]:
+    """Median over interleaved rounds of time(a)/time(b), and the median times."""
+    ta, tb, ratios = [], [], []
+    for _ in range(rounds):
+        x, y = _time(a, repeat), _time(b, repeat)
+        ta.append(x)
+        tb.append(y)
+        ratios.append(x / y)
+    return statistics.median(ratios), statistics.median(ta), statistics.median(tb)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("model", nargs="?", default=os.path.join(SHARED, "higgs.json"))
+    parser.add_argument("rows", nargs="?", default=os.path.join(SHARED, "higgs.test.csv"))
+    parser.add_argument("--batch", type=int, default=4096)
+    parser.add_argument("--big-batch", type=int, default=65536)
+    parser.add_argument("--schedule", default=None)
+    parser.add_argument("--representation", default=None)
+    args = parser.parse_args(argv)
+    import xgboost as xgb
+
+    forest = silvanforge.load(args.model)
+    t = time.perf_counter()
+    one = silvanforge.compile(forest, n_jobs=1, schedule=args.schedule,
+                              representation=args.representation)
+    compile_s = time.perf_counter() - t
+    booster = xgb.Booster(model_file=args.model)
+    booster.set_param({"nthread": 1})
+    X = _rows(args.rows, forest.n_features, args.batch)
+    expected = reference.predict(forest, X)
+    got = one.predict(X)
+    if not np.allclose(got, expected, rtol=1e-5, atol=1e-6):
+        print("MISMATCH against the reference: not timing", file=sys.stderr)
+        return 1
+    visited = float(np.mean(forest.node_depth[
+        (reference.leaves(forest, X[:512]) + forest.tree_offsets[:-1]).ravel()])) \
+        * forest.n_trees
+    ratio, t_sf, t_xgb = _median_ratio(lambda: one.predict(X),
+                                       lambda: booster.inplace_predict(X))
+    print(f"model {os.path.basename(args.model)}: {forest.n_trees} trees, compile {compile_s:.2f} s")
+    print(f"batch {len(X)}, 1 thread: silvanforge {t_sf / len(X) * 1e9:.0f} ns/row "
+          f"({t_sf / len(X) / visited * 1e9:.2f} ns/node visited), xgboost "
+          f"{t_xgb / len(X) * 1e9:.0f} ns/row; time ratio sf/xgb = {ratio:.3f} "
+          f"(speed-up {1 / ratio:.2f}x)")
+    big = _rows(args.rows, forest.n_features, args.big_batch)
+    two = silvanforge.compile(forest, n_jobs=2, schedule=args.schedule,
+                              representation=args.representation)
+    r2, t1, t2 = _median_ratio(lambda: one.predict(big), lambda: two.predict(big), rounds=7)
+    print(f"batch {len(big)}: 1 thread {t1 / len(big) * 1e9:.0f} ns/row, 2 threads "
+          f"{t2 / len(big) * 1e9:.0f} ns/row; scaling {r2:.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,261 @@
+"""MIR → LIR: loops stay loops, walks become node-stepping code through a representation.
+
+The kernel this produces has one signature for every schedule and representation::
+
+    predict(rows, n_rows, result, <privatized buffers...>, n_threads, tree_output,
+            <representation buffers...>)
+
+``rows`` holds ``n_rows`` C-contiguous rows in the forest's input dtype; ``result`` and
+the privatized buffers are float64 and zeroed by the caller (per call: the kernel keeps
+no state, so it is re-entrant); ``tree_output`` gives each tree's first output. The
+kernel adds per-output tree sums into ``result``; averaging, base scores and transforms
+are the caller's (:func:`silvanforge.reference.finish`).
+
+A walk keeps its node in a local variable: ``node = root(t)``, then ``peel_depth`` steps
+without leaf tests, ``unroll_depth`` steps each behind a leaf test, then a loop until a
+leaf. Members of an interleaved walk advance one step each in turn while any is active,
+so their loads overlap. Every load of a row or a tree is guarded by the member's validity
+condition: the generated code never reads outside its buffers.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..mir import ir as mir
+from ..model.forest import Forest
+from ..representations.base import Representation
+from . import ir
+
+_INPUT_DTYPES = {np.dtype(np.float32): ir.F32, np.dtype(np.float64): ir.F64}
+
+
+def _name(var: str) -> str:
+    """A C identifier for a MIR variable (split loops have dotted names)."""
+    return re.sub(r"\W", "_", var)
+
+
+@dataclass
+class _Walk:
+    """What a reduce needs to know about the walk that produced its value."""
+
+    tree: ir.Expr
+    row: ir.Expr
+    node: ir.Var
+
+
+@dataclass
+class _Lowering:
+    fn: mir.Function
+    forest: Forest
+    rep: Representation
+    rows: ir.Buffer
+    n_rows: ir.Var
+    n_threads: ir.Var
+    tree_output: ir.Buffer
+    buffers: dict[str, tuple[ir.Buffer, tuple]] = field(default_factory=dict)
+    walks: dict[str, _Walk] = field(default_factory=dict)
+    counter: int = 0
+
+    # ---- expressions --------------------------------------------------------------------
+    def affine(self, a: mir.Affine) -> ir.Expr:
+        expr: ir.Expr = ir.i64(a.const)
+        for var, coef in a.terms:
+            v = self.n_rows if var == mir.N else ir.Var(_name(var), ir.I64)
+            term = v if coef == 1 else ir.BinOp("mul", ir.i64(coef), v)
+            expr = term if expr == ir.i64(0) else ir.BinOp("add", expr, term)
+        if a.div != 1:
+            # Indices here are never negative, so signed division is floor division.
+            expr = ir.BinOp("div", expr, ir.i64(a.div))
+        return expr
+
+    def bound(self, b: mir.Bound) -> ir.Expr:
+        exprs = [self.affine(t) for t in b.terms]
+        out = exprs[0]
+        for e in exprs[1:]:
+            out = ir.BinOp("min", out, e)
+        return out
+
+    def cond(self, c: mir.Cond | None) -> ir.Expr | None:
+        return None if c is None else ir.Cmp("lt", self.affine(c.value), self.bound(c.bound))
+
+    def fresh(self, stem: str) -> str:
+        self.counter += 1
+        return f"{stem}{self.counter}"
+
+    def feature_loader(self, row: ir.Expr):
+        n_features = ir.i64(self.forest.n_features)
+
+        def load(feature: ir.Expr) -> ir.Expr:
+            if feature.dtype != ir.I64:
+                feature = ir.Cast(feature, ir.I64)
+            return ir.Load(self.rows, ir.BinOp("add", ir.BinOp("mul", row, n_features),
+                                               feature))
+        return load
+
+    def flat_index(self, name: str, indices: list[ir.Expr]) -> ir.Expr:
+        """Row-major element index of ``indices`` in buffer ``name``."""
+        _, dims = self.buffers[name]
+        sizes = [self.n_rows if d == "N" else ir.i64(self.forest.n_outputs)
+                 if d == "n_outputs" else ir.i64(d) for d in dims]
+        index: ir.Expr = indices[0]
+        for size, i in zip(sizes[1:], indices[1:]):
+            index = ir.BinOp("add", ir.BinOp("mul", index, size), i)
+        return index
+
+    # ---- ops ---------------------------------------------------------------------------
+    def body(self, ops) -> list[ir.Stmt]:
+        out: list[ir.Stmt] = []
+        for op in ops:
+            out.extend(self.op(op))
+        return out
+
+    def op(self, op) -> list[ir.Stmt]:
+        if isinstance(op, mir.Loop):
+            var = ir.Var(_name(op.var), ir.I64)
+            # GPU dimensions mean nothing on a CPU: such loops run serially here, which
+            # legalization has already made safe.
+            return [ir.For(var, self.bound(op.lower), self.bound(op.upper), ir.i64(op.step),
+                           self.body(op.body), parallel=op.parallel,
+                           threads=self.n_threads if op.parallel else None)]
+        if isinstance(op, mir.Walk):
+            member = mir.WalkMember(op.tree, op.row, op.result)
+            return self.walks_of([member], op.unroll_depth, op.peel_depth)
+        if isinstance(op, mir.InterleavedWalk):
+            return self.walks_of(list(op.members), op.unroll_depth, op.peel_depth)
+        if isinstance(op, mir.Reduce):
+            return self.reduce(op)
+        if isinstance(op, mir.ReduceDimension):
+            return self.reduce_dimension(op.source, op.target, op.dim, op.indices, op.rows)
+        if isinstance(op, mir.ReduceDimensionInplace):
+            return self.reduce_dimension(op.buffer, None, op.dim, op.indices, op.rows)
+        if isinstance(op, mir.CacheTrees):
+            return self.rep.cache_trees(self.bound(op.lower), self.bound(op.upper))
+        if isinstance(op, mir.CacheRows):
+            r = ir.Var(self.fresh("cached_row"), ir.I64)
+            start = ir.BinOp("mul", r, ir.i64(self.forest.n_features))
+            return [ir.For(r, self.bound(op.lower), self.bound(op.upper), ir.i64(1),
+                           [ir.Prefetch(self.rows, start)])]
+        raise TypeError(f"no LIR lowering for MIR op {type(op).__name__}")
+
+    def walks_of(self, members: list[mir.WalkMember], unroll: int, peel: int) -> list[ir.Stmt]:
+        rep = self.rep
+        code: list[ir.Stmt] = []
+        states = []
+        for m in members:
+            tree, row = self.affine(m.tree), self.affine(m.row)
+            node = ir.Var(self.fresh("node"), ir.I64)
+            active = ir.Var(self.fresh("active"), ir.BOOL)
+            valid = self.cond(m.valid)
+            start = [ir.Assign(node, rep.root(tree)),
+                     ir.Assign(active, ir.Not(rep.is_leaf(tree, node)))]
+            code += [ir.Declare(node, ir.i64(0)), ir.Declare(active, ir.Const(False, ir.BOOL))]
+            code += start if valid is None else [ir.If(valid, start)]
+            self.walks[m.result] = _Walk(tree, row, node)
+            states.append((tree, row, node, active))
+
+        def step(tree, row, node, active, check_leaf: bool) -> list[ir.Stmt]:
+            move = [ir.Assign(node, rep.child(tree, node, rep.go_left(
+                tree, node, self.feature_loader(row))))]
+            if check_leaf:
+                move.append(ir.Assign(active, ir.Not(rep.is_leaf(tree, node))))
+            return [ir.If(active, move)]
+
+        # Peeled steps: every leaf is deeper, so no member reaches one (leaf tests skipped).
+        for _ in range(peel):
+            for s in states:
+                code += step(*s, check_leaf=False)
+        if peel:
+            for tree, _, node, active in states:
+                code.append(ir.If(active, [ir.Assign(active, ir.Not(rep.is_leaf(tree, node)))]))
+        for _ in range(unroll):
+            for s in states:
+                code += step(*s, check_leaf=True)
+        any_active: ir.Expr = states[0][3]
+        for s in states[1:]:
+            any_active = ir.BinOp("or", any_active, s[3])
+        loop: list[ir.Stmt] = []
+        for s in states:
+            loop += step(*s, check_leaf=True)
+        code.append(ir.While(any_active, loop))
+        return code
+
+    def reduce(self, op: mir.Reduce) -> list[ir.Stmt]:
+        walk = self.walks[op.value]
+        buffer, _ = self.buffers[op.target]
+        tree_const = op.tree.is_const
+        first = (ir.i64(int(self.forest.tree_output[op.tree.const])) if tree_const
+                 else ir.Cast(ir.Load(self.tree_output, walk.tree), ir.I64))
+        stmts: list[ir.Stmt] = []
+        loader = self.feature_loader(walk.row)
+        for k in range(self.forest.leaf_width):
+            out = first if k == 0 else ir.BinOp("add", first, ir.i64(k))
+            index = self.flat_index(op.target, [self.affine(p) for p in op.privatized]
+                                    + [walk.row, out])
+            value = self.rep.leaf_value(walk.tree, walk.node, k, loader)
+            if op.atomic:
+                stmts.append(ir.AtomicAdd(buffer, index, value))
+            else:
+                stmts.append(ir.Store(buffer, index,
+                                      ir.BinOp("add", ir.Load(buffer, index), value)))
+        valid = self.cond(op.valid)
+        return stmts if valid is None else [ir.If(valid, stmts)]
+
+    def reduce_dimension(self, source: str, target: str | None, dim: int, indices,
+                         rows: tuple[mir.Bound, mir.Bound]) -> list[ir.Stmt]:
+        """Add slots of ``dim`` of ``source`` into ``target`` (or into slot 0 of ``source``
+        itself when ``target`` is None) and zero the slots read."""
+        src, dims = self.buffers[source]
+        fixed = [self.affine(i) for i in indices]
+        after = [ir.i64(0)] * (len(dims) - 2 - dim - 1)
+        row = ir.Var(self.fresh("row"), ir.I64)
+        out = ir.Var(self.fresh("out"), ir.I64)
+        slot = ir.Var(self.fresh("slot"), ir.I64)
+        acc = ir.Var(self.fresh("acc"), ir.F64)
+        first_slot = 0 if target is not None else 1
+
+        def at(s: ir.Expr) -> ir.Expr:
+            return self.flat_index(source, fixed + [s] + after + [row, out])
+
+        inner = [ir.Declare(acc, ir.Const(0.0, ir.F64)),
+                 ir.For(slot, ir.i64(first_slot), ir.i64(dims[dim]), ir.i64(1), [
+                     ir.Assign(acc, ir.BinOp("add", acc, ir.Load(src, at(slot)))),
+                     ir.Store(src, at(slot), ir.Const(0.0, ir.F64))])]
+        if target is None:
+            dest, index = src, at(ir.i64(0))
+        else:
+            dest, _ = self.buffers[target]
+            index = self.flat_index(target, [row, out])
+        inner.append(ir.Store(dest, index, ir.BinOp("add", ir.Load(dest, index), acc)))
+        return [ir.For(row, self.bound(rows[0]), self.bound(rows[1]), ir.i64(1), [
+            ir.For(out, ir.i64(0), ir.i64(self.forest.n_outputs), ir.i64(1), inner)])]
+
+
+def lower(fn: mir.Function, forest: Forest, rep: Representation) -> ir.Kernel:
+    """The LIR kernel of a legalized MIR function, walking trees through ``rep``."""
+    rows = ir.Buffer("rows", _INPUT_DTYPES[forest.input_dtype], readonly=True)
+    n_rows = ir.Var("n_rows", ir.I64)
+    n_threads = ir.Var("n_threads", ir.I64)
+    tree_output = ir.Buffer("tree_output", ir.I32, readonly=True)
+    lowering = _Lowering(fn, forest, rep, rows, n_rows, n_threads, tree_output)
+    data_params = []
+    for decl in fn.buffers:
+        buf = ir.Buffer(_name(decl.name), ir.F64)
+        lowering.buffers[decl.name] = (buf, decl.dims)
+        data_params.append(buf)
+    # The result buffer first, then the privatized ones, in declaration order.
+    data_params.sort(key=lambda b: b.name != _name(fn.result))
+    body = lowering.body(fn.body)
+    params = [rows, n_rows, *data_params, n_threads, tree_output, *rep.params]
+    return ir.Kernel(fn.name, params, body)
+
+
+def scratch_shapes(fn: mir.Function, n_rows: int, n_outputs: int) -> list[tuple[int, ...]]:
+    """Shapes of the privatized buffers for a call on ``n_rows`` rows, in kernel order."""
+    def size(d):
+        return n_rows if d == "N" else n_outputs if d == "n_outputs" else int(d)
+    return [tuple(size(d) for d in decl.dims) for decl in fn.buffers
+            if decl.name != fn.result]

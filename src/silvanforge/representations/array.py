@@ -1,0 +1,98 @@
+"""The array representation: each tree a complete binary tree in level order.
+
+Tree ``t`` occupies ``2**(depth_t + 1) - 1`` consecutive slots from ``tree_start[t]``; the
+children of local slot ``i`` are at ``2i + 1`` and ``2i + 2``, so moving down needs no
+child pointer. Slots a tree does not use are padding (never reached). A node handle is
+the global slot; leaves are told by the leaf bit of the packed flags.
+
+Padding grows as ``2**depth``: a forest whose padded slots exceed :data:`MAX_SLOTS`
+(2**24, about 16.8 million slots, some 350 MB of tables) is refused with
+:class:`UnsupportedModelError`; deep, sparse trees belong in the ``sparse``
+representation.
+
+>>> rep = ArrayRepresentation(forest)                       # doctest: +SKIP
+>>> rep.buffers["model_tree_start"]                          # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import UnsupportedModelError
+from ..lir import ir
+from ..model.forest import Forest
+from . import decision, leaves
+from .base import register
+from .tables import TableRepresentation
+
+MAX_SLOTS = 1 << 24
+
+
+def level_positions(forest: Forest) -> np.ndarray:
+    """Per node: its level-order position in its own tree (root 0, children 2p+1, 2p+2).
+
+    Call only after checking the padded size: positions grow as 2**depth.
+    """
+    base = np.repeat(forest.tree_offsets[:-1], forest.tree_sizes)
+    internal = ~forest.is_leaf
+    position = np.zeros(forest.n_nodes, dtype=np.int64)
+    frontier = forest.tree_offsets[:-1].copy()
+    while len(frontier):
+        parents = frontier[internal[frontier]]
+        left = forest.left[parents] + base[parents]
+        right = forest.right[parents] + base[parents]
+        position[left] = 2 * position[parents] + 1
+        position[right] = 2 * position[parents] + 2
+        frontier = np.concatenate([left, right])
+    return position
+
+
+def check_padded_size(slots: int, layout: str) -> None:
+    """Refuse a layout of more than :data:`MAX_SLOTS` slots."""
+    if slots > MAX_SLOTS:
+        raise UnsupportedModelError(
+            f"the {layout} representation would pad this forest to {slots} node slots "
+            f"(more than {MAX_SLOTS}); its trees are too deep for a complete level-order "
+            f"layout: use representation='sparse'")
+
+
+class LevelOrderRepresentation(TableRepresentation):
+    """Shared by ``array`` and ``reorg``: tables filled from a slot → node map."""
+
+    def _fill(self, slot_nodes: np.ndarray) -> None:
+        self._add(decision.node_arrays(self.forest, self.spec, slot_nodes, leaf_bit=True))
+        self._add(leaves.leaf_arrays(self.forest, slot_nodes))
+
+    def is_leaf(self, tree: ir.Expr, node: ir.Expr) -> ir.Expr:
+        return decision.is_leaf_flag(self._load("flags", node))
+
+    def _leaf_slot(self, tree: ir.Expr, node: ir.Expr) -> ir.Expr:
+        return node
+
+
+@register
+class ArrayRepresentation(LevelOrderRepresentation):
+    """Trees one after another, each a padded level-order array."""
+
+    name = "array"
+
+    def __init__(self, forest: Forest, precision: str = "float64") -> None:
+        super().__init__(forest, precision)
+        # Python ints: a deep tree's size must be checked before numpy could overflow.
+        sizes = [2 ** (int(d) + 1) - 1 for d in forest.tree_depths]
+        check_padded_size(sum(sizes), self.name)
+        tree_start = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        tree_of_node = np.repeat(np.arange(forest.n_trees), forest.tree_sizes)
+        slot_nodes = np.full(int(tree_start[-1]), -1, dtype=np.int64)
+        slot_nodes[tree_start[tree_of_node] + level_positions(forest)] = \
+            np.arange(forest.n_nodes)
+        self._fill(slot_nodes)
+        self._add({"tree_start": tree_start[:-1]})
+
+    def root(self, tree: ir.Expr) -> ir.Expr:
+        return self._load("tree_start", tree)
+
+    def child(self, tree: ir.Expr, node: ir.Expr, left: ir.Expr) -> ir.Expr:
+        # start + 2 * (node - start) + 1 (+1 for the right child)
+        local = ir.BinOp("sub", ir.BinOp("mul", node, ir.i64(2)), self.root(tree))
+        return ir.BinOp("add", local, ir.Select(left, ir.i64(1), ir.i64(2)))

@@ -1,0 +1,260 @@
+"""The split decision, emitted once for every representation.
+
+A representation stores per-node fields (feature, threshold, packed flags, category set)
+in whatever layout it likes and hands :func:`go_left` the LIR loads of one node's fields;
+this module turns them into the exact test of :mod:`silvanforge.model.forest`. The test
+is specialised at compile time on what the forest uses (:class:`DecisionSpec`): a forest
+with only ``<``, NaN-missing and no categories gets ``isnan(x) ? dl : x < t`` and never
+loads the flags.
+
+Precision ``"float32"`` (float32 inputs only) stores float32 thresholds rounded per
+operator so that every comparison of a float32 input gives the float64 answer:
+``x <= t ⟺ x <= round_down(t)``, ``x < t ⟺ x < round_up(t)``, and ``x == t`` only when
+``t`` is a float32 (else the stored threshold is NaN, which equals nothing).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+import numpy as np
+
+from ..errors import SilvanForgeError
+from ..lir import ir
+from ..model.forest import (MISSING_NAN, MISSING_NONE, MISSING_ZERO, OP_CAT, OP_EQ,
+                            OP_LE, OP_LT, ZERO_THRESHOLD, Forest)
+from .base import FeatureLoader
+
+# Packed per-node flags (one i8): operator, missing rule, default direction, leaf bit.
+OP_SHIFT, MISSING_SHIFT, DEFAULT_LEFT_BIT, LEAF_BIT = 0, 2, 4, 5
+PRECISIONS = {"float64": ir.F64, "float32": ir.F32}
+_INPUT = {np.dtype(np.float32): ir.F32, np.dtype(np.float64): ir.F64}
+_COMPARE = {OP_LT: "lt", OP_LE: "le", OP_EQ: "eq"}
+
+
+@dataclass(frozen=True)
+class DecisionSpec:
+    """What the split test of a forest must handle, decided at compile time.
+
+    >>> spec = DecisionSpec.of(forest, "float64")           # doctest: +SKIP
+    >>> spec.ops, spec.needs_flags                           # doctest: +SKIP
+    ((0,), False)
+    """
+
+    ops: tuple[int, ...]          # operators of internal nodes, sorted
+    missing: tuple[int, ...]      # missing rules of internal nodes, sorted
+    default_left: bool | None     # the one default direction, None when nodes differ
+    category_rule: str
+    negative_category: str
+    compare: ir.DType             # threshold and comparison type
+    input: ir.DType               # type of the row values the kernel receives
+
+    @classmethod
+    def of(cls, forest: Forest, precision: str) -> "DecisionSpec":
+        if precision not in PRECISIONS:
+            raise SilvanForgeError(f"precision must be one of {sorted(PRECISIONS)}, "
+                                   f"not {precision!r}")
+        if precision == "float32" and forest.input_dtype != np.float32:
+            raise SilvanForgeError(
+                "precision 'float32' needs a model that compares float32 inputs; this one "
+                f"compares {forest.input_dtype} (its thresholds would not stay exact)")
+        internal = ~forest.is_leaf
+        defaults = np.unique(forest.default_left[internal])
+        return cls(
+            ops=tuple(np.unique(forest.split_op[internal]).tolist()) or (OP_LT,),
+            missing=tuple(np.unique(forest.missing[internal]).tolist()) or (MISSING_NAN,),
+            default_left=bool(defaults[0]) if len(defaults) == 1 else
+            (False if len(defaults) == 0 else None),
+            category_rule=forest.category_rule,
+            negative_category=forest.negative_category,
+            compare=PRECISIONS[precision],
+            input=_INPUT[forest.input_dtype])
+
+    @property
+    def has_categorical(self) -> bool:
+        return OP_CAT in self.ops
+
+    @property
+    def needs_flags(self) -> bool:
+        """Whether the test reads the packed flags (operator, rule or direction vary)."""
+        return len(self.ops) > 1 or len(self.missing) > 1 or self.default_left is None
+
+
+# ---- node fields as numpy arrays ----------------------------------------------------
+
+def round_down_f32(t: np.ndarray) -> np.ndarray:
+    """The largest float32 <= each float64 ``t`` (-inf below the float32 range)."""
+    with np.errstate(over="ignore"):
+        near = np.asarray(t, dtype=np.float64).astype(np.float32)
+        return np.where(near.astype(np.float64) > t,
+                        np.nextafter(near, np.float32(-np.inf)), near)
+
+
+def round_up_f32(t: np.ndarray) -> np.ndarray:
+    """The smallest float32 >= each float64 ``t`` (+inf above the float32 range)."""
+    with np.errstate(over="ignore"):
+        near = np.asarray(t, dtype=np.float64).astype(np.float32)
+        return np.where(near.astype(np.float64) < t,
+                        np.nextafter(near, np.float32(np.inf)), near)
+
+
+def thresholds(forest: Forest, spec: DecisionSpec, nodes: np.ndarray) -> np.ndarray:
+    """Thresholds of global ``nodes`` (-1: padding, stored as 0) in the compare type."""
+    real = nodes >= 0
+    t = np.where(real, forest.threshold[np.maximum(nodes, 0)], 0.0)
+    if spec.compare == ir.F64:
+        return t
+    op = np.where(real, forest.split_op[np.maximum(nodes, 0)], OP_CAT)
+    with np.errstate(over="ignore"):
+        exact = np.where(t.astype(np.float32).astype(np.float64) == t,
+                         t.astype(np.float32), np.float32(np.nan))
+    return np.select([op == OP_LT, op == OP_LE, op == OP_EQ],
+                     [round_up_f32(t), round_down_f32(t), exact],
+                     np.float32(0)).astype(np.float32)
+
+
+def node_arrays(forest: Forest, spec: DecisionSpec, nodes: np.ndarray, *,
+                leaf_bit: bool) -> dict[str, np.ndarray]:
+    """The per-slot split fields for global ``nodes`` (-1 marks padding).
+
+    ``flags`` is present when the test needs it or ``leaf_bit`` is asked for (layouts that
+    tell leaves by a flag); category fields only for forests with categorical splits.
+    """
+    real = nodes >= 0
+    n = np.maximum(nodes, 0)
+    leaf = real & forest.is_leaf[n]
+    split = real & ~leaf
+    arrays = {"feature": np.where(split, forest.feature[n], 0).astype(np.int32),
+              "threshold": np.where(split, thresholds(forest, spec, nodes), 0)
+              .astype(np.float32 if spec.compare == ir.F32 else np.float64)}
+    if spec.needs_flags or leaf_bit:
+        flags = (forest.split_op[n].astype(np.int32) << OP_SHIFT
+                 | forest.missing[n].astype(np.int32) << MISSING_SHIFT
+                 | forest.default_left[n].astype(np.int32) << DEFAULT_LEFT_BIT)
+        arrays["flags"] = (np.where(split, flags, 0) | leaf << LEAF_BIT).astype(np.int8)
+    if spec.has_categorical:
+        if len(forest.cat_bitset) >= 2**31 - 1:
+            raise SilvanForgeError("category bitsets of 2^31 words or more are not "
+                                   "supported")
+        cat = split & (forest.split_op[n] == OP_CAT)
+        arrays["cat_offset"] = np.where(cat, forest.cat_offset[n], 0).astype(np.int32)
+        arrays["cat_words"] = np.where(cat, forest.cat_words[n], 0).astype(np.int32)
+        # One zero word at the end: the word load of a value outside every set reads
+        # cat_offset + 0, in bounds even for an empty set at the end of the storage.
+        arrays["cat_bitset"] = np.concatenate(
+            [forest.cat_bitset, [0]]).astype(np.uint32).view(np.int32)
+    return arrays
+
+
+# ---- emission -----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class NodeLoads:
+    """LIR loads of one node's fields; those the spec does not need are never emitted."""
+
+    feature: ir.Expr
+    threshold: ir.Expr
+    flags: ir.Expr | None = None
+    cat_offset: ir.Expr | None = None
+    cat_words: ir.Expr | None = None
+    cat_bitset: ir.Buffer | None = None
+
+
+def _and(a: ir.Expr, b: ir.Expr) -> ir.Expr:
+    if isinstance(a, ir.Const):
+        return b if a.value else a
+    if isinstance(b, ir.Const):
+        return a if b.value else b
+    return ir.BinOp("and", a, b)
+
+
+def _or(a: ir.Expr, b: ir.Expr) -> ir.Expr:
+    if isinstance(a, ir.Const):
+        return a if a.value else b
+    if isinstance(b, ir.Const):
+        return b if b.value else a
+    return ir.BinOp("or", a, b)
+
+
+def _field(flags: ir.Expr, shift: int, mask: int) -> ir.Expr:
+    """Bits ``shift .. shift+log2(mask+1)`` of the i8 flags, as an i32."""
+    wide = ir.Cast(flags, ir.I32)
+    return ir.BinOp("and", ir.BinOp("lshr", wide, ir.Const(shift, ir.I32)),
+                    ir.Const(mask, ir.I32))
+
+
+def _dispatch(selector: ir.Expr | None, cases: dict[int, ir.Expr]) -> ir.Expr:
+    """``cases[selector]``: the only case when there is one, else a chain of selects."""
+    keys = sorted(cases)
+    result = cases[keys[-1]]
+    for key in reversed(keys[:-1]):
+        assert selector is not None
+        result = ir.Select(ir.Cmp("eq", selector, ir.Const(key, ir.I32)), cases[key], result)
+    return result
+
+
+def is_leaf_flag(flags: ir.Expr) -> ir.Expr:
+    """i1: the leaf bit of loaded flags."""
+    return ir.Cmp("ne", _field(flags, LEAF_BIT, 1), ir.Const(0, ir.I32))
+
+
+def go_left(spec: DecisionSpec, loads: NodeLoads, feature_value: FeatureLoader) -> ir.Expr:
+    """i1: whether a row goes left at the node whose fields are ``loads``.
+
+    >>> go_left(spec, NodeLoads(feature=f, threshold=t), lambda i: row_value(i))  # doctest: +SKIP
+    """
+    F = spec.compare
+    x = feature_value(ir.Cast(loads.feature, ir.I64))
+    if x.dtype != F:
+        x = ir.Cast(x, F)
+    multi_op = len(spec.ops) > 1
+    op = _field(loads.flags, OP_SHIFT, 3) if multi_op else None
+    rule = _field(loads.flags, MISSING_SHIFT, 3) if len(spec.missing) > 1 else None
+    nan = ir.IsNaN(x)
+    # Only MISSING_NONE compares a NaN (as 0); under the other rules a NaN is missing and
+    # its value is never looked at, so one replacement serves every rule.
+    xv = ir.Select(nan, ir.Const(0.0, F), x) if MISSING_NONE in spec.missing else x
+    zero_test = _or(nan, ir.Cmp("le", ir.Math("fabs", x), ir.Const(ZERO_THRESHOLD, F)))
+    missing_by_rule = {MISSING_NAN: nan, MISSING_ZERO: zero_test,
+                       MISSING_NONE: ir.Const(False, ir.BOOL)}
+    missing = _dispatch(rule, {r: missing_by_rule[r] for r in spec.missing})
+
+    holds_by_op: dict[int, ir.Expr] = {
+        o: ir.Cmp(_COMPARE[o], xv, loads.threshold) for o in spec.ops if o != OP_CAT}
+    if spec.has_categorical:
+        in_set, negative = _category_test(spec, loads, xv)
+        holds_by_op[OP_CAT] = in_set
+        if spec.negative_category == "missing":
+            is_cat = ir.Cmp("eq", op, ir.Const(OP_CAT, ir.I32)) if multi_op \
+                else ir.Const(True, ir.BOOL)
+            missing = _or(missing, _and(is_cat, negative))
+    holds = _dispatch(op, holds_by_op)
+
+    if isinstance(missing, ir.Const) and not missing.value:
+        return holds
+    if spec.default_left is None:
+        default = ir.Cmp("ne", _field(loads.flags, DEFAULT_LEFT_BIT, 1), ir.Const(0, ir.I32))
+    else:
+        default = ir.Const(spec.default_left, ir.BOOL)
+    return ir.Select(missing, default, holds)
+
+
+def _category_test(spec: DecisionSpec, loads: NodeLoads,
+                   x: ir.Expr) -> tuple[ir.Expr, ir.Expr]:
+    """(in the node's set, negative under the category rule) for value ``x``."""
+    F = spec.compare
+    zero = ir.Const(0.0, F)
+    c = ir.Math("trunc", x)
+    negative = ir.Cmp("lt", c if spec.category_rule == "truncate" else x, zero)
+    limit = ir.Cast(ir.BinOp("mul", loads.cat_words, ir.Const(32, ir.I32)), F)
+    # Ordered compares: a NaN or an infinity fails `c < limit`, so no isfinite needed.
+    valid = _and(ir.Not(negative), ir.Cmp("lt", c, limit))
+    if spec.category_rule == "exact":
+        valid = _and(valid, ir.Cmp("eq", c, x))
+    # Cast only a value known to fit; invalid values read word 0 of the set, in bounds.
+    category = ir.Cast(ir.Select(valid, c, zero), ir.I64)
+    word = ir.Load(loads.cat_bitset, ir.BinOp(
+        "add", ir.Cast(loads.cat_offset, ir.I64),
+        ir.BinOp("lshr", category, ir.Const(5, ir.I64))))
+    bit = ir.BinOp("and", ir.BinOp("lshr", word, ir.Cast(
+        ir.BinOp("and", category, ir.Const(31, ir.I64)), ir.I32)), ir.Const(1, ir.I32))
+    return _and(valid, ir.Cmp("ne", bit, ir.Const(0, ir.I32))), negative

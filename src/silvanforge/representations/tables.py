@@ -1,0 +1,92 @@
+"""The common machinery of the table layouts: named numpy arrays → LIR buffers and loads.
+
+Each layout (array, reorg, sparse) decides which node sits in which slot and how a
+handle moves to a child; the split fields, the decision and the leaves are the same for
+all, so they live here once.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+
+import numpy as np
+
+from ..lir import ir
+from ..model.forest import Forest
+from . import decision, leaves
+from .base import FeatureLoader, Representation
+
+_LIR_TYPES = {np.dtype(np.int8): ir.I8, np.dtype(np.int32): ir.I32,
+              np.dtype(np.int64): ir.I64, np.dtype(np.float32): ir.F32,
+              np.dtype(np.float64): ir.F64}
+PREFIX = "model_"
+
+
+class TableRepresentation(Representation):
+    """A representation whose buffers are flat arrays, one per field (struct of arrays).
+
+    Subclasses build their layout in ``__init__`` with :meth:`_add` and implement the
+    walking methods; node handles index the node tables directly, and
+    :meth:`_leaf_slot` maps a leaf handle to its row of the leaf tables.
+    """
+
+    def __init__(self, forest: Forest, precision: str = "float64") -> None:
+        super().__init__(forest, precision)
+        self.spec = decision.DecisionSpec.of(forest, precision)
+        self._arrays: dict[str, np.ndarray] = {}
+
+    def _add(self, arrays: dict[str, np.ndarray]) -> None:
+        for field, array in arrays.items():
+            array = np.ascontiguousarray(array)
+            array.flags.writeable = False
+            self._arrays[PREFIX + field] = array
+
+    @property
+    def buffers(self) -> dict[str, np.ndarray]:
+        return dict(self._arrays)
+
+    @property
+    def params(self) -> list[ir.Buffer]:
+        return [self._buffer(name[len(PREFIX):]) for name in self._arrays]
+
+    def _buffer(self, field: str) -> ir.Buffer:
+        array = self._arrays[PREFIX + field]
+        return ir.Buffer(PREFIX + field, _LIR_TYPES[array.dtype], readonly=True)
+
+    def _load(self, field: str, index: ir.Expr) -> ir.Expr:
+        return ir.Load(self._buffer(field), index)
+
+    def _has(self, field: str) -> bool:
+        return PREFIX + field in self._arrays
+
+    # ---- shared tree operations ----------------------------------------------------------
+    def go_left(self, tree: ir.Expr, node: ir.Expr, feature_value: FeatureLoader) -> ir.Expr:
+        def optional(field: str) -> ir.Expr | None:
+            return self._load(field, node) if self._has(field) else None
+
+        loads = decision.NodeLoads(
+            feature=self._load("feature", node), threshold=self._load("threshold", node),
+            flags=optional("flags"), cat_offset=optional("cat_offset"),
+            cat_words=optional("cat_words"),
+            cat_bitset=self._buffer("cat_bitset") if self._has("cat_bitset") else None)
+        return decision.go_left(self.spec, loads, feature_value)
+
+    def leaf_value(self, tree: ir.Expr, node: ir.Expr, k: int,
+                   feature_value: FeatureLoader) -> ir.Expr:
+        return leaves.leaf_value(self.forest, self._load, self._leaf_slot(tree, node), k,
+                                 feature_value)
+
+    def cache_trees(self, start: ir.Expr, stop: ir.Expr) -> list[ir.Stmt]:
+        """Prefetch the first node slot of each tree in ``start:stop`` (split fields)."""
+        t = ir.Var(f"{self.name}_cached_tree", ir.I64)
+        slot = self._first_slot(t)
+        return [ir.For(t, start, stop, ir.i64(1), [
+            ir.Prefetch(self._buffer(field), slot) for field in ("feature", "threshold")])]
+
+    def _first_slot(self, tree: ir.Expr) -> ir.Expr:
+        """The node-table index where tree ``tree`` starts."""
+        return self.root(tree)
+
+    @abstractmethod
+    def _leaf_slot(self, tree: ir.Expr, node: ir.Expr) -> ir.Expr:
+        """The leaf-table row of leaf handle ``node``."""

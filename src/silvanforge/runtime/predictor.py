@@ -1,0 +1,255 @@
+"""``compile()`` and the :class:`Predictor` it returns: the user's handle on compiled code.
+
+A Predictor owns the Forest, the representation's model buffers, and the compiled kernel
+(see :mod:`silvanforge.lir.lower` for its signature). ``predict`` converts the input
+(without a copy when it already is C-contiguous in the model's input dtype), zeroes the
+result and the privatized buffers of this call, runs the kernel, and finishes the sums
+with :func:`silvanforge.reference.finish` — so averaging, base scores, transforms and
+output shapes are the reference's by construction.
+
+Saved predictors are ``.npz`` archives read with ``allow_pickle=False``: the Forest as
+arrays and JSON, the options, and the object code, which reloads without recompiling
+(and is refused, then rebuilt, on a CPU that lacks the features it was built for).
+Pickling uses the same bytes.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..backends.cpu import CompiledKernel, Target, compile_kernel
+from ..errors import BackendError, InputError, ModelFormatError, SilvanForgeError
+from ..frontends import load
+from ..lir import lower as lir_lower
+from ..lir.printer import print_lir
+from ..mir import lower as mir_lower, print_mir
+from ..model import serialize
+from ..model.forest import Forest
+from ..model.inputs import as_rows
+from ..reference import check_output, finish
+from ..representations import REGISTRY
+from ..schedule import Schedule, named
+from ..schedule.library import LIBRARY
+
+FORMAT_VERSION = 1
+DUMP_LEVELS = ("hir", "mir", "lir", "llvm")
+
+
+@dataclass(frozen=True)
+class Options:
+    """Everything that decides the generated code, as plain values."""
+
+    schedule: str
+    representation: str
+    precision: str
+    n_jobs: int
+
+
+def _default_jobs() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
+        (os.cpu_count() or 1)
+
+
+def _schedule(forest: Forest, schedule: Any) -> Schedule:
+    if schedule is None:
+        return named("default", forest.n_trees)
+    if isinstance(schedule, Schedule):
+        return Schedule.parse(str(schedule), forest.n_trees)
+    if isinstance(schedule, str):
+        if schedule.strip() in LIBRARY:
+            return named(schedule.strip(), forest.n_trees)
+        return Schedule.parse(schedule, forest.n_trees)
+    raise InputError(f"schedule must be None, a name, schedule text or a Schedule, not "
+                     f"{type(schedule).__name__}")
+
+
+def _representation(forest: Forest, name: str | None) -> str:
+    if name is None:
+        # The sparse layout serves every tree shape; choosing per model comes with tiling.
+        return "sparse"
+    if name not in REGISTRY:
+        raise InputError(f"unknown representation {name!r}; choose from "
+                         f"{', '.join(sorted(REGISTRY))}")
+    return name
+
+
+def _precision(forest: Forest, precision: str | None) -> str:
+    if precision is None:
+        return "float32" if forest.input_dtype == np.float32 else "float64"
+    if precision not in ("float32", "float64"):
+        raise InputError(f"precision must be 'float32' or 'float64', not {precision!r}")
+    return precision
+
+
+class Predictor:
+    """Compiled inference for one forest. Build it with :func:`silvanforge.compile`.
+
+    >>> predictor = silvanforge.compile("model.json")            # doctest: +SKIP
+    >>> predictor.predict(X)                                     # doctest: +SKIP
+    """
+
+    def __init__(self, forest: Forest, options: Options, object_code: bytes | None = None,
+                 target: Target | None = None) -> None:
+        self.forest = forest
+        self.options = options
+        self.schedule = _schedule(forest, options.schedule)
+        self.representation = REGISTRY[options.representation](forest, options.precision)
+        self.mir = mir_lower(forest, self.schedule)
+        self.kernel_ir = lir_lower.lower(self.mir, forest, self.representation)
+        self._model_args = [np.ascontiguousarray(forest.tree_output, dtype=np.int32)] + [
+            np.ascontiguousarray(a) for a in self.representation.buffers.values()]
+        self.kernel = None
+        if object_code is not None and target is not None:
+            try:
+                self.kernel = CompiledKernel.from_object(object_code, target,
+                                                         self.kernel_ir.name,
+                                                         self.kernel_ir.params)
+            except BackendError as exc:
+                warnings.warn(f"recompiling: {exc}", stacklevel=3)
+        if self.kernel is None:
+            self.kernel = compile_kernel(self.kernel_ir)
+
+    # ---- the user surface ----------------------------------------------------------------
+    @property
+    def n_features(self) -> int:
+        return self.forest.n_features
+
+    @property
+    def n_outputs(self) -> int:
+        return self.forest.n_outputs
+
+    def predict(self, X: Any, output: str = "value", n_jobs: int | None = None) -> np.ndarray:
+        """Predict like the source library (the conventions of ``reference.predict``).
+
+        ``n_jobs`` overrides the thread count given to ``compile`` for this call.
+
+        >>> predictor.predict(X, output="margin")                # doctest: +SKIP
+        """
+        check_output(output)
+        rows = as_rows(X, self.forest)
+        threads = self.options.n_jobs if n_jobs is None else int(n_jobs)
+        if threads < 1:
+            raise InputError(f"n_jobs must be at least 1, not {threads}")
+        return finish(self.forest, self._sums(rows, threads), output)
+
+    def _sums(self, rows: np.ndarray, threads: int) -> np.ndarray:
+        n = len(rows)
+        result = np.zeros((n, self.forest.n_outputs))
+        if n == 0:
+            return result
+        scratch = [np.zeros(s) for s in lir_lower.scratch_shapes(
+            self.mir, n, self.forest.n_outputs)]
+        args = [rows.ctypes.data, n, result.ctypes.data, *(s.ctypes.data for s in scratch),
+                threads, *(a.ctypes.data for a in self._model_args)]
+        self.kernel.function(*args)
+        return result
+
+    def dump(self, level: str) -> str:
+        """The text of one compiler level: "hir", "mir", "lir" or "llvm".
+
+        >>> print(predictor.dump("mir"))                          # doctest: +SKIP
+        """
+        if level == "hir":
+            return f"{self.forest.summary()}\nschedule:\n{self.schedule}"
+        if level == "mir":
+            return print_mir(self.mir)
+        if level == "lir":
+            return print_lir(self.kernel_ir)
+        if level == "llvm":
+            return self.kernel.llvm_ir or "(LLVM IR is not kept for reloaded object code)"
+        raise InputError(f"dump level must be one of {', '.join(DUMP_LEVELS)}, not {level!r}")
+
+    def __repr__(self) -> str:
+        o = self.options
+        return (f"<Predictor {self.forest.n_trees} trees, {o.representation}, "
+                f"{o.precision}, n_jobs={o.n_jobs}>")
+
+    # ---- persistence ---------------------------------------------------------------------
+    def to_bytes(self) -> bytes:
+        arrays, meta = serialize.to_arrays(self.forest)
+        t = self.kernel.target
+        header = {"format": FORMAT_VERSION, "forest": meta, "options": vars(self.options),
+                  "target": [t.triple, t.cpu, t.features]}
+        buf = io.BytesIO()
+        np.savez(buf, **{f"forest_{k}": v for k, v in arrays.items()},
+                 header=serialize.dumps_meta(header),
+                 object_code=np.frombuffer(self.kernel.object_code, dtype=np.uint8))
+        return buf.getvalue()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "Predictor":
+        try:
+            archive = np.load(io.BytesIO(data), allow_pickle=False)
+            header = serialize.loads_meta(archive["header"])
+            if header.get("format") != FORMAT_VERSION:
+                raise ModelFormatError(f"predictor format {header.get('format')!r} is not "
+                                       f"{FORMAT_VERSION}")
+            arrays = {k[len("forest_"):]: archive[k] for k in archive.files
+                      if k.startswith("forest_")}
+            forest = serialize.from_arrays(arrays, header["forest"])
+            options = Options(**header["options"])
+            target = Target(*header["target"])
+            code = archive["object_code"].tobytes()
+        except SilvanForgeError:
+            raise
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise ModelFormatError(f"not a saved SilvanForge predictor ({exc})") from None
+        return cls(forest, options, code, target)
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the predictor (model, options and machine code) to ``path``.
+
+        >>> predictor.save("model.sfp")                         # doctest: +SKIP
+        >>> silvanforge.load_predictor("model.sfp")             # doctest: +SKIP
+        """
+        with open(path, "wb") as fh:
+            fh.write(self.to_bytes())
+
+    def __reduce__(self) -> tuple:
+        return (Predictor.from_bytes, (self.to_bytes(),))
+
+
+def load_predictor(path: str | os.PathLike) -> Predictor:
+    """Load a predictor written by :meth:`Predictor.save`, without recompiling."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError as exc:
+        raise ModelFormatError(f"{os.fspath(path)}: cannot read: {exc.strerror or exc}") \
+            from None
+    try:
+        return Predictor.from_bytes(data)
+    except SilvanForgeError as exc:
+        raise type(exc)(f"{os.fspath(path)}: {exc}") from None
+
+
+def compile(model: Any, target: str = "cpu", schedule: Any = None,
+            representation: str | None = None, precision: str | None = None,
+            n_jobs: int | None = None) -> Predictor:
+    """Compile a model (anything :func:`silvanforge.load` takes) into a :class:`Predictor`.
+
+    ``schedule``: None (the default CPU schedule), a named schedule ("default",
+    "xgboost", "one_tree_at_a_time", "tree_parallel"), schedule text, or a Schedule.
+    ``representation``: "array", "sparse" or "reorg". ``precision``: "float32" or
+    "float64" thresholds (default: the model's input precision, which keeps parity).
+    ``n_jobs``: threads for parallel loops (default: the CPUs this process may use).
+
+    >>> import silvanforge
+    >>> predictor = silvanforge.compile("model.json", schedule="xgboost", n_jobs=1)  # doctest: +SKIP
+    """
+    if target != "cpu":
+        raise InputError(f"target {target!r} is not available yet; use target='cpu'")
+    forest = load(model)
+    jobs = _default_jobs() if n_jobs is None else int(n_jobs)
+    if jobs < 1:
+        raise InputError(f"n_jobs must be at least 1, not {jobs}")
+    chosen = _schedule(forest, schedule)
+    options = Options(schedule=str(chosen), representation=_representation(forest,
+                      representation), precision=_precision(forest, precision), n_jobs=jobs)
+    return Predictor(forest, options)

@@ -1,0 +1,233 @@
+"""Compiled predictors against the reference: every schedule, representation, thread count.
+
+The forests are random (built with the model builder, so every split semantic occurs:
+operators, missing rules, categories, vector leaves); the rows hold NaN, thresholds and
+special categories. Exactness is the bar: the compiled sums must equal the reference's up
+to float64 summation order.
+"""
+
+from __future__ import annotations
+
+import pickle
+import threading
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import silvanforge
+from silvanforge import reference
+from silvanforge.errors import InputError, ModelFormatError, ScheduleError
+from silvanforge.model import OP_CAT
+
+from test_forest import random_forests, stump, forest_of
+
+REPRESENTATIONS = ["array", "sparse", "reorg"]
+
+
+def schedules(forest) -> dict[str, str]:
+    """Schedules of every kind the language has, valid for ``forest``."""
+    t = forest.n_trees
+    half = max(1, t // 2)
+    peel = int(forest.node_depth[forest.is_leaf].min())
+    out = {
+        "default": "default",
+        "xgboost": "xgboost",
+        "one_tree_at_a_time": "one_tree_at_a_time",
+        "tree_parallel": "tree_parallel",
+        "tiled trees": f"tile(tree, t0, t1, {half})\nreorder(t0, batch, t1)",
+        "parallel rows": "tile(batch, b0, b1, 3)\nparallel(b0)",
+        "interleaved rows": "tile(batch, b0, b1, 4)\nreorder(b0, tree, b1)\n"
+                            "interleave(b1)\nparallel(b0)",
+        "interleaved trees": f"tile(tree, t0, t1, {min(t, 4)})\ninterleave(t1)",
+        "unrolled walk": "unrollWalk(tree, 2)",
+        "split trees": f"split(tree, ta, tb, {half})\nunrollWalk(ta, 1)",
+        "atomic tree parallel": f"reorder(tree, batch)\ntile(tree, t0, t1, {half})\n"
+                                "parallel(t0)\natomicReduce(t0)",
+        "cached": "tile(batch, b0, b1, 8)\ncache(b0)\nreorder(b0, tree, b1)\ncache(tree)",
+    }
+    if peel:
+        out["peeled walk"] = f"peelWalk(tree, {peel})"
+    return out
+
+
+def rows_for(forest, seed: int, n: int = 37) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    cats = [forest.category_set(i) for i in np.flatnonzero(forest.split_op == OP_CAT)]
+    pool = np.concatenate([forest.threshold, *cats, [0.0, -0.5, -1.0, np.nan, 1e-36, 31.0,
+                                                     32.0, 1e30, -np.inf]])
+    X = rng.choice(pool, size=(n, forest.n_features))
+    return np.where(rng.random(X.shape) < 0.3, rng.normal(size=X.shape), X)
+
+
+@settings(max_examples=40, deadline=None)
+@given(forest=random_forests(), seed=st.integers(0, 2**32 - 1),
+       representation=st.sampled_from(REPRESENTATIONS), which=st.integers(0, 100),
+       n_jobs=st.sampled_from([1, 2]), dtype=st.sampled_from([np.float32, np.float64]))
+def test_compiled_equals_reference(forest, seed, representation, which, n_jobs, dtype):
+    options = schedules(forest)
+    name = sorted(options)[which % len(options)]
+    try:
+        predictor = silvanforge.compile(forest, schedule=options[name],
+                                        representation=representation, n_jobs=n_jobs)
+    except silvanforge.UnsupportedModelError:
+        assert representation == "array"  # a tree too deep for a padded array
+        return
+    X = rows_for(forest, seed).astype(dtype)
+    for output in ("margin", "value"):
+        expected = reference.predict(forest, X, output=output)
+        got = predictor.predict(X, output=output)
+        np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12,
+                                   err_msg=f"{name}, {representation}, {output}")
+
+
+@pytest.fixture(scope="module")
+def forest():
+    trees = [stump(feature=k % 3, threshold=0.1 * k, values=(k, -k)) for k in range(1, 12)]
+    return forest_of(*trees, n_features=3, base_score=0.5, post_transform="sigmoid")
+
+
+@pytest.mark.parametrize("representation", REPRESENTATIONS)
+def test_every_schedule_and_batch_size(forest, representation):
+    rng = np.random.default_rng(3)
+    for name, text in schedules(forest).items():
+        predictor = silvanforge.compile(forest, schedule=text, representation=representation,
+                                        n_jobs=2)
+        for n in (0, 1, 2, 63, 64, 65, 200):
+            X = rng.normal(size=(n, 3)).astype(np.float32)
+            np.testing.assert_allclose(predictor.predict(X), reference.predict(forest, X),
+                                       rtol=1e-12, err_msg=f"{name}, {n} rows")
+
+
+def test_the_schedule_drives_the_loop_nest(forest):
+    predictors = {name: silvanforge.compile(forest, schedule=s, n_jobs=1)
+                  for name, s in schedules(forest).items()}
+    # Distinct schedules ("default" is XGBoost's) give distinct loop nests.
+    mir = {p.options.schedule: p.dump("mir") for p in predictors.values()}
+    assert len(set(mir.values())) == len(mir) >= 11
+    assert "parallel for" in predictors["xgboost"].dump("mir")
+    assert "reduce_dimension" in predictors["tree_parallel"].dump("mir")
+
+
+def test_real_model_shapes_from_the_libraries():
+    xgb = pytest.importorskip("xgboost")
+    lgb = pytest.importorskip("lightgbm")
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(400, 6)).astype(np.float32)
+    X[rng.random(X.shape) < 0.1] = np.nan
+    y = (np.nan_to_num(X[:, 0]) + np.nan_to_num(X[:, 1]) > 0).astype(int)
+    models = [
+        xgb.train({"objective": "multi:softprob", "num_class": 3, "max_depth": 5},
+                  xgb.DMatrix(X, label=np.arange(400) % 3), 4),
+        lgb.train({"objective": "binary", "num_leaves": 15, "verbose": -1,
+                   "linear_tree": True}, lgb.Dataset(X, y), 4),
+    ]
+    for model in models:
+        forest = silvanforge.load(model)
+        for representation in REPRESENTATIONS:
+            p = silvanforge.compile(forest, representation=representation, n_jobs=2)
+            np.testing.assert_allclose(p.predict(X), reference.predict(forest, X), rtol=1e-12)
+
+
+def test_concurrent_calls_match_serial(forest):
+    predictor = silvanforge.compile(forest, n_jobs=2)
+    rng = np.random.default_rng(1)
+    inputs = [rng.normal(size=(300 + i, 3)) for i in range(8)]
+    expected = [predictor.predict(X) for X in inputs]
+    results: list = [None] * len(inputs)
+
+    def run(i):
+        for _ in range(5):
+            results[i] = predictor.predict(inputs[i])
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(inputs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for got, want in zip(results, expected):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_save_load_and_pickle_reuse_the_machine_code(forest, tmp_path, monkeypatch):
+    predictor = silvanforge.compile(forest, schedule="xgboost", representation="reorg")
+    X = np.random.default_rng(2).normal(size=(50, 3))
+    path = tmp_path / "model.sfp"
+    predictor.save(path)
+    from silvanforge.runtime import predictor as runtime
+
+    def no_compiling(*args, **kwargs):
+        raise AssertionError("recompiled")
+
+    monkeypatch.setattr(runtime, "compile_kernel", no_compiling)
+    for loaded in (silvanforge.load_predictor(path), pickle.loads(pickle.dumps(predictor))):
+        assert loaded.options == predictor.options
+        np.testing.assert_array_equal(loaded.predict(X), predictor.predict(X))
+        assert loaded.dump("mir") == predictor.dump("mir")
+
+
+def test_a_foreign_cpu_recompiles(forest, tmp_path):
+    from silvanforge.backends.cpu import Target
+    from silvanforge.runtime.predictor import Predictor
+
+    predictor = silvanforge.compile(forest)
+    fake = Target(predictor.kernel.target.triple, "future-cpu",
+                  predictor.kernel.target.features + ",+imaginary-feature")
+    with pytest.warns(UserWarning, match="recompiling"):
+        again = Predictor(forest, predictor.options, predictor.kernel.object_code, fake)
+    X = np.zeros((4, 3))
+    np.testing.assert_array_equal(again.predict(X), predictor.predict(X))
+
+
+def test_corrupt_predictor_files(tmp_path):
+    path = tmp_path / "bad.sfp"
+    path.write_bytes(b"not a predictor")
+    with pytest.raises(ModelFormatError, match="bad.sfp"):
+        silvanforge.load_predictor(path)
+    with pytest.raises(ModelFormatError, match="cannot read"):
+        silvanforge.load_predictor(tmp_path / "missing.sfp")
+
+
+def test_bad_arguments(forest):
+    predictor = silvanforge.compile(forest, n_jobs=1)
+    with pytest.raises(InputError, match="expects 3 features"):
+        predictor.predict(np.zeros((2, 4)))
+    with pytest.raises(InputError, match="2-D"):
+        predictor.predict(np.zeros(3))
+    with pytest.raises(InputError, match="output"):
+        predictor.predict(np.zeros((2, 3)), output="proba")
+    with pytest.raises(InputError, match="n_jobs"):
+        predictor.predict(np.zeros((2, 3)), n_jobs=0)
+    with pytest.raises(InputError, match="representation"):
+        silvanforge.compile(forest, representation="dense")
+    with pytest.raises(InputError, match="precision"):
+        silvanforge.compile(forest, precision="float16")
+    with pytest.raises(InputError, match="target"):
+        silvanforge.compile(forest, target="tpu")
+    with pytest.raises(ScheduleError, match="line 1"):
+        silvanforge.compile(forest, schedule="tile(batch, b0, b1, 0)")
+    with pytest.raises(InputError, match="dump level"):
+        predictor.dump("asm")
+
+
+def test_inputs_are_not_copied_when_they_fit(forest, monkeypatch):
+    predictor = silvanforge.compile(forest, n_jobs=1)
+    X = np.ascontiguousarray(np.random.default_rng(0).normal(size=(10, 3)), dtype=np.float32)
+    seen = {}
+    original = predictor._sums
+
+    def spy(rows, threads):
+        seen["rows"] = rows
+        return original(rows, threads)
+
+    monkeypatch.setattr(predictor, "_sums", spy)
+    predictor.predict(X)
+    assert seen["rows"] is X
+
+
+def test_dumps(forest):
+    predictor = silvanforge.compile(forest, n_jobs=1)
+    assert "trees 11" in predictor.dump("hir")
+    assert "walk" in predictor.dump("mir")
+    assert "while" in predictor.dump("lir")
+    assert "define" in predictor.dump("llvm")
