@@ -102,8 +102,12 @@ class Predictor:
         self.representation = REGISTRY[options.representation](forest, options.precision)
         self.mir = mir_lower(forest, self.schedule)
         self.kernel_ir = lir_lower.lower(self.mir, forest, self.representation)
-        self._model_args = [np.ascontiguousarray(forest.tree_output, dtype=np.int32)] + [
+        # The model buffers never change: their addresses are taken once, not per call
+        # (``ndarray.ctypes`` costs about a microsecond each).
+        self._model_arrays = [np.ascontiguousarray(forest.tree_output, dtype=np.int32)] + [
             np.ascontiguousarray(a) for a in self.representation.buffers.values()]
+        self._model_args = [a.ctypes.data for a in self._model_arrays]
+        self._has_scratch = len(self.mir.buffers) > 1
         self.kernel = None
         if object_code is not None and target is not None:
             try:
@@ -144,10 +148,9 @@ class Predictor:
         if n == 0:
             return result
         scratch = [np.zeros(s) for s in lir_lower.scratch_shapes(
-            self.mir, n, self.forest.n_outputs)]
-        args = [rows.ctypes.data, n, result.ctypes.data, *(s.ctypes.data for s in scratch),
-                threads, *(a.ctypes.data for a in self._model_args)]
-        self.kernel.function(*args)
+            self.mir, n, self.forest.n_outputs)] if self._has_scratch else []
+        self.kernel.function(rows.ctypes.data, n, result.ctypes.data,
+                             *[s.ctypes.data for s in scratch], threads, *self._model_args)
         return result
 
     def dump(self, level: str) -> str:

@@ -3,11 +3,15 @@
 Each entry is a function of the forest's tree count (schedules whose sizes depend on the
 forest) returning the text form, so every named schedule is also an example of it.
 
-- ``default``: CPU default, rows in blocks of 64, all trees for a block, then the next
-  block; blocks in parallel (``tile(batch, b0, b1, 64); reorder(b0, tree, b1);
-  parallel(b0)``). A tree's nodes stay in cache across 64 rows, and parallelism is over
-  independent rows, so no reduction needs legalising.
-- ``xgboost``: seed §4.2, the same shape with XGBoost's chunk of 64 rows.
+- ``default``: CPU default, rows in blocks of 32, all trees for a block, then the next
+  block; blocks in parallel; the 32 walks of a block through one tree interleaved
+  (``tile(batch, b0, b1, 32); reorder(b0, tree, b1); interleave(b1); parallel(b0)``). A
+  tree's nodes stay in cache across the block, parallelism is over independent rows (no
+  reduction to legalise), and interleaving hides the load latency of each walk step,
+  which bounds a single walk (on higgs, 1 thread, batch 4096: 1.2-1.3x faster than the
+  same schedule without ``interleave``; blocks of 16, 32 and 64 rows with 16 or 32
+  interleaved walks measured within 15% of each other, 32/32 best).
+- ``xgboost``: seed §4.2: ``tile(batch, b0, b1, 64); reorder(b0, tree, b1); parallel(b0)``.
 - ``one_tree_at_a_time``: ``reorder(tree, batch)``: one tree over the whole batch.
 - ``tree_parallel``: the tree loop tiled into ``chunks`` parallel chunks (2 by default,
   at most T), each summing its trees for every row; needs reduction legalisation.
@@ -25,6 +29,10 @@ from .schedule import Schedule
 
 
 def _default(n_trees: int) -> str:
+    return "tile(batch, b0, b1, 32)\nreorder(b0, tree, b1)\ninterleave(b1)\nparallel(b0)"
+
+
+def _xgboost(n_trees: int) -> str:
     return "tile(batch, b0, b1, 64)\nreorder(b0, tree, b1)\nparallel(b0)"
 
 
@@ -35,7 +43,7 @@ def _tree_parallel(n_trees: int, chunks: int = 2) -> str:
 
 LIBRARY: dict[str, Callable[..., str]] = {
     "default": _default,
-    "xgboost": _default,
+    "xgboost": _xgboost,
     "one_tree_at_a_time": lambda n_trees: "reorder(tree, batch)",
     "tree_parallel": _tree_parallel,
 }

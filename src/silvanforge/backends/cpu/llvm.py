@@ -309,8 +309,20 @@ class _FunctionBuilder:
 
         threads = (ll.Constant(_I32, 0) if s.threads is None
                    else self._thread_count(self.expr(s.threads)))
-        self.b.call(self.function("GOMP_parallel", _OMP_FUNCS["GOMP_parallel"]),
-                    [outlined, self.b.bitcast(data, _I8P), threads, ll.Constant(_I32, 0)])
+        # One thread, or at most one iteration: call the body directly. Outside a
+        # parallel region OpenMP reports thread 0 of 1, so the body runs every iteration,
+        # and the call costs no thread start-up (small batches, n_jobs=1).
+        start, stop, step = bounds
+        one_iteration = self.b.icmp_signed("<=", self.b.sub(stop, start), step)
+        serial = self.b.or_(one_iteration,
+                            self.b.icmp_unsigned("==", threads, ll.Constant(_I32, 1)))
+        with self.b.if_else(serial) as (direct, parallel):
+            with direct:
+                self.b.call(outlined, [self.b.bitcast(data, _I8P)])
+            with parallel:
+                self.b.call(self.function("GOMP_parallel", _OMP_FUNCS["GOMP_parallel"]),
+                            [outlined, self.b.bitcast(data, _I8P), threads,
+                             ll.Constant(_I32, 0)])
 
     def _thread_count(self, threads: ll.Value) -> ll.Value:
         """An i64 thread count as GOMP's unsigned; <= 0 means the runtime's default."""
