@@ -33,10 +33,39 @@ def test_predict_matches_the_reference(model, tmp_path, output):
     data = tmp_path / "rows.csv"
     np.savetxt(data, X[:20], delimiter=",")
     out = tmp_path / "out.csv"
-    assert cli.main(["predict", str(path), str(data), "--output", output,
-                     "--out", str(out)]) == 0
     expected = reference.predict(load(path), X[:20], output=output)
-    np.testing.assert_allclose(np.loadtxt(out), expected, rtol=1e-8)
+    for how in ([], ["--reference"]):
+        assert cli.main(["predict", str(path), str(data), "--output", output,
+                         "--out", str(out), *how]) == 0
+        np.testing.assert_allclose(np.loadtxt(out), expected, rtol=1e-8)
+
+
+@pytest.mark.parametrize("level", ["hir", "mir", "lir", "llvm"])
+def test_inspect_dumps_each_level(model, capsys, level, tmp_path):
+    schedule = tmp_path / "schedule.txt"
+    schedule.write_text("reorder(tree, batch)\n")
+    assert cli.main(["inspect", str(model[0]), "--dump", level,
+                     "--schedule", str(schedule)]) == 0
+    text = capsys.readouterr().out
+    marker = {"hir": "reorder(tree, batch)", "mir": "func @predict", "lir": "kernel predict",
+              "llvm": "define"}[level]
+    assert marker in text
+
+
+def test_compile_then_predict_from_the_saved_predictor(model, tmp_path, capsys):
+    path, X = model
+    saved = tmp_path / "model.sfp"
+    assert cli.main(["compile", str(path), "-o", str(saved), "--schedule", "xgboost",
+                     "--representation", "reorg", "--n-jobs", "1"]) == 0
+    assert "wrote" in capsys.readouterr().out
+    data = tmp_path / "rows.npy"
+    np.save(data, X[:30])
+    out = tmp_path / "out.csv"
+    assert cli.main(["predict", str(saved), str(data), "-o", str(out)]) == 0
+    np.testing.assert_allclose(np.loadtxt(out), reference.predict(load(path), X[:30]),
+                               rtol=1e-8)
+    assert cli.main(["inspect", str(saved), "--dump", "mir"]) == 0
+    assert "parallel for" in capsys.readouterr().out
 
 
 def test_errors_are_messages_not_tracebacks(model, tmp_path, capsys):
@@ -49,7 +78,8 @@ def test_errors_are_messages_not_tracebacks(model, tmp_path, capsys):
 
 
 def test_every_command_has_help(capsys):
-    for argv in (["--help"], ["inspect", "--help"], ["predict", "--help"]):
+    for argv in (["--help"], ["inspect", "--help"], ["compile", "--help"],
+                 ["predict", "--help"]):
         with pytest.raises(SystemExit) as exit_:
             cli.main(argv)
         assert exit_.value.code == 0

@@ -231,3 +231,41 @@ def test_dumps(forest):
     assert "walk" in predictor.dump("mir")
     assert "while" in predictor.dump("lir")
     assert "define" in predictor.dump("llvm")
+
+
+def seed_schedules(n_trees: int) -> dict[str, str]:
+    """The schedules printed in seed 002, with their placeholders filled in."""
+    half = max(1, n_trees // 2)
+    return {
+        # The seed writes unrollWalk(t0, 1): walk directives name the innermost loop here,
+        # which after the split is the copy of the batch loop inside t0.
+        "§3 one tree at a time, unrolled": "reorder(tree, batch)\nsplit(tree, t0, t1, 2)\n"
+                                          "unrollWalk(batch.t0, 1)\nunrollWalk(batch.t1, 2)",
+        "§4.1 two trees at a time": "tile(tree, t0, t1, 2)\nreorder(t0, batch, t1)",
+        "§4.1 4 rows x 2 trees": "tile(batch, b0, b1, 4)\ntile(tree, t0, t1, 2)\n"
+                                 "reorder(b0, t0, b1, t1)",
+        "§4.2 XGBoost": "tile(batch, b0, b1, 64)\nreorder(b0, tree, b1)\nparallel(b0)",
+        "§4.3 Tahoe direct": "tile(batch, b0, b1, 8)\nreorder(b0, b1, tree)\n"
+                             "gpuDimension(b0, grid.x)\ngpuDimension(b1, block.x)",
+        "§4.3 Tahoe shared data": "reorder(batch, tree)\ngpuDimension(batch, grid.x)\n"
+                                  "gpuDimension(tree, block.x)\ncache(batch)",
+        "§4.3 Tahoe shared forest": f"tile(batch, b0, b1, 8)\ntile(tree, t0, t1, {n_trees})\n"
+                                    "reorder(b0, b1, t0, t1)\ncache(t0)\n"
+                                    "gpuDimension(b0, grid.x)\ngpuDimension(b1, block.x)",
+        "§4.3 Tahoe shared partial forest":
+            f"tile(batch, b0, b1, 8)\ntile(tree, t0, t0Inner, {half})\n"
+            f"tile(t0Inner, t1, t2, {half})\ncache(t1)\nreorder(b0, t0, b1, t1, t2)\n"
+            "gpuDimension(b0, grid.x)\ngpuDimension(t0, grid.y)\ngpuDimension(b1, block.x)",
+        "§6.2 rows and trees in parallel": f"tile(batch, i0, i1, 16)\n"
+                                           f"tile(tree, t0, t1, {half})\n"
+                                           "reorder(i0, t0, t1, i1)\nparallel(t0)",
+    }
+
+
+@pytest.mark.parametrize("name", list(seed_schedules(11)))
+def test_the_seed_schedules_compile_exactly(forest, name):
+    """GPU dimensions run serially on the CPU; the loop nests are the seed's."""
+    text = seed_schedules(forest.n_trees)[name]
+    predictor = silvanforge.compile(forest, schedule=text, n_jobs=2)
+    X = np.random.default_rng(5).normal(size=(70, 3))
+    np.testing.assert_allclose(predictor.predict(X), reference.predict(forest, X), rtol=1e-12)

@@ -1,12 +1,14 @@
 """The ``silvanforge`` command line.
 
-    silvanforge inspect model.json
-    silvanforge predict model.json rows.csv --output margin > scores.csv
+    silvanforge inspect model.json --dump mir --schedule xgboost
+    silvanforge compile model.json -o model.sfp
+    silvanforge predict model.sfp rows.csv -o scores.csv
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Sequence
 
@@ -15,6 +17,10 @@ import numpy as np
 from . import __version__, reference
 from .errors import InputError, SilvanForgeError
 from .frontends import load
+from .runtime.predictor import DUMP_LEVELS, Predictor, compile, load_predictor
+
+_MODEL_HELP = ("model file: XGBoost JSON/UBJSON, LightGBM text, ONNX, or a predictor "
+               "saved by 'silvanforge compile'")
 
 
 def _read_rows(path: str, skip_header: bool) -> np.ndarray:
@@ -27,16 +33,52 @@ def _read_rows(path: str, skip_header: bool) -> np.ndarray:
         raise InputError(f"{path}: cannot read rows: {exc}") from None
 
 
+def _schedule_arg(value: str | None) -> str | None:
+    """A schedule name, or the path of a file holding schedule text."""
+    if value is not None and os.path.isfile(value):
+        with open(value) as fh:
+            return fh.read()
+    return value
+
+
+def _is_predictor(path: str) -> bool:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(4) == b"PK\x03\x04"  # saved predictors are .npz (zip) archives
+    except OSError:
+        return False
+
+
+def _predictor(args: argparse.Namespace) -> Predictor:
+    if _is_predictor(args.model):
+        return load_predictor(args.model)
+    return compile(args.model, schedule=_schedule_arg(args.schedule),
+                   representation=args.representation, n_jobs=args.n_jobs)
+
+
 def _inspect(args: argparse.Namespace) -> None:
-    print(load(args.model).summary())
+    if args.dump is None and not _is_predictor(args.model):
+        print(load(args.model).summary())
+        return
+    print(_predictor(args).dump(args.dump or "hir"))
+
+
+def _compile(args: argparse.Namespace) -> None:
+    predictor = compile(args.model, schedule=_schedule_arg(args.schedule),
+                        representation=args.representation, precision=args.precision,
+                        n_jobs=args.n_jobs)
+    predictor.save(args.out)
+    print(f"wrote {args.out}: {predictor!r}")
 
 
 def _predict(args: argparse.Namespace) -> None:
-    forest = load(args.model)
     rows = _read_rows(args.data, args.header)
     if args.columns is not None:
         rows = rows[:, :args.columns]
-    result = reference.predict(forest, rows, output=args.output)
+    if args.reference:
+        result = reference.predict(load(args.model), rows, output=args.output)
+    else:
+        result = _predictor(args).predict(rows, output=args.output)
     out = open(args.out, "w") if args.out else sys.stdout
     try:
         np.savetxt(out, result.reshape(len(result), -1), delimiter=",", fmt="%.9g")
@@ -45,21 +87,45 @@ def _predict(args: argparse.Namespace) -> None:
             out.close()
 
 
+def _compile_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--schedule", help="a named schedule (default, xgboost, "
+                   "one_tree_at_a_time, tree_parallel) or a file of schedule text")
+    p.add_argument("--representation", choices=["array", "sparse", "reorg"],
+                   help="in-memory layout of the trees (default: sparse)")
+    p.add_argument("--n-jobs", type=int, default=None,
+                   help="threads for parallel loops (default: all CPUs)")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="silvanforge", description="Decision-forest inference compiler.")
     parser.add_argument("--version", action="version", version=f"silvanforge {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
 
-    p = commands.add_parser("inspect", help="describe a model",
-                            description="Load a model and print a summary of its forest.")
-    p.add_argument("model", help="model file: XGBoost JSON/UBJSON, LightGBM text, ONNX")
+    p = commands.add_parser(
+        "inspect", help="describe a model, or dump a compiler level",
+        description="Print a summary of a model's forest, or with --dump the text of one "
+                    "compiler level for the given schedule.")
+    p.add_argument("model", help=_MODEL_HELP)
+    p.add_argument("--dump", choices=DUMP_LEVELS, help="print this level of the compiler")
+    _compile_options(p)
     p.set_defaults(run=_inspect)
 
     p = commands.add_parser(
-        "predict", help="predict rows with the reference evaluator",
+        "compile", help="compile a model and save the predictor",
+        description="Compile a model to machine code for this CPU and save it; "
+                    "'predict' and silvanforge.load_predictor reload it without compiling.")
+    p.add_argument("model", help=_MODEL_HELP)
+    p.add_argument("-o", "--out", required=True, help="file to write (e.g. model.sfp)")
+    p.add_argument("--precision", choices=["float32", "float64"],
+                   help="threshold precision (default: the model's own)")
+    _compile_options(p)
+    p.set_defaults(run=_compile)
+
+    p = commands.add_parser(
+        "predict", help="predict the rows of a CSV or .npy file",
         description="Predict the rows of a CSV (or .npy) file and print one line per row.")
-    p.add_argument("model", help="model file: XGBoost JSON/UBJSON, LightGBM text, ONNX")
+    p.add_argument("model", help=_MODEL_HELP)
     p.add_argument("data", help="rows: a CSV file of numbers (nan = missing) or a .npy "
                                 "array")
     p.add_argument("--output", choices=["value", "margin"], default="value",
@@ -67,7 +133,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--header", action="store_true", help="the CSV has a header line")
     p.add_argument("--columns", type=int, default=None,
                    help="use only the first N columns (e.g. to drop a label column)")
-    p.add_argument("--out", help="write to this file instead of standard output")
+    p.add_argument("--reference", action="store_true",
+                   help="use the plain-numpy reference evaluator instead of compiling")
+    p.add_argument("-o", "--out", help="write to this file instead of standard output")
+    _compile_options(p)
     p.set_defaults(run=_predict)
 
     args = parser.parse_args(argv)
