@@ -14,7 +14,9 @@ forest) returning the text form, so every named schedule is also an example of i
 - ``xgboost``: seed §4.2: ``tile(batch, b0, b1, 64); reorder(b0, tree, b1); parallel(b0)``.
 - ``one_tree_at_a_time``: ``reorder(tree, batch)``: one tree over the whole batch.
 - ``tree_parallel``: the tree loop tiled into ``chunks`` parallel chunks (2 by default,
-  at most T), each summing its trees for every row; needs reduction legalisation.
+  at most T), the chunk loop outermost, each chunk summing its trees for every row into
+  its own copy of the result (reduction legalisation), the copies added at the end. One
+  parallel region per call, as with row blocks; it pays where rows are few and trees many.
 
 >>> print(named("one_tree_at_a_time", n_trees=10))
 reorder(tree, batch)
@@ -38,7 +40,7 @@ def _xgboost(n_trees: int) -> str:
 
 def _tree_parallel(n_trees: int, chunks: int = 2) -> str:
     per_chunk = -(-max(n_trees, 1) // max(1, min(chunks, n_trees)))
-    return f"tile(tree, t0, t1, {per_chunk})\nparallel(t0)"
+    return f"tile(tree, t0, t1, {per_chunk})\nreorder(t0, batch, t1)\nparallel(t0)"
 
 
 LIBRARY: dict[str, Callable[..., str]] = {
@@ -53,7 +55,7 @@ def named(name: str, n_trees: int, **options: int) -> Schedule:
     """The named schedule for a forest of ``n_trees`` trees.
 
     >>> named("tree_parallel", n_trees=10, chunks=3).loop_order()
-    [['batch', 't0', 't1']]
+    [['t0', 'batch', 't1']]
     """
     if name not in LIBRARY:
         raise ScheduleError(f"unknown schedule {name!r}; known: {', '.join(LIBRARY)}")
