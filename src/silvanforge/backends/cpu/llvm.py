@@ -3,13 +3,16 @@
 Every LIR variable is a stack slot allocated in the function's entry block, so LLVM's
 mem2reg turns them into registers; buffers are pointers to their element type. A parallel
 ``For`` is outlined into an internal function ``void body(i8* data)`` that each OpenMP
-thread runs on its own contiguous chunk of the iterations; ``data`` points to a struct, on
-the caller's stack, of the loop bounds and every scalar and buffer the body reads from
-outside. Nothing is written to globals, so the generated code is re-entrant.
+thread runs; ``data`` points to a struct, on the caller's stack, of the loop bounds, every
+scalar and buffer the body reads from outside, and a counter from which the threads claim
+contiguous chunks of iterations (dynamic scheduling: a thread slowed by another process
+on its core takes fewer chunks, where static halves would wait for it). Nothing is
+written to globals, so the generated code is re-entrant.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable
 
 import llvmlite.ir as ll
@@ -41,7 +44,6 @@ _LIBM = {("log1p", ir.F64): "log1p", ("log1p", ir.F32): "log1pf"}
 _OMP_BODY = ll.FunctionType(_VOID, [_I8P])
 _OMP_FUNCS = {
     "GOMP_parallel": ll.FunctionType(_VOID, [_OMP_BODY.as_pointer(), _I8P, _I32, _I32]),
-    "omp_get_thread_num": ll.FunctionType(_I32, []),
     "omp_get_num_threads": ll.FunctionType(_I32, []),
 }
 
@@ -220,6 +222,11 @@ class _FunctionBuilder:
         self.b.atomic_rmw(op, self.address(s.buffer, s.index), self.expr(s.value),
                           "monotonic")
 
+    def _s__ClaimChunk(self, s: "_ClaimChunk") -> None:
+        counter = self.address(_COUNTER, ir.i64(0))
+        old = self.b.atomic_rmw("add", counter, self.expr(s.grain), "monotonic")
+        self.b.store(old, self.lookup("var", s.var.name))
+
     def _s_Prefetch(self, s: ir.Prefetch) -> None:
         # llvm.prefetch(address, rw=read, locality=keep in all cache levels, data cache)
         fnty = ll.FunctionType(_VOID, [_I8P, _I32, _I32, _I32])
@@ -297,6 +304,9 @@ class _FunctionBuilder:
         bounds = [self.expr(s.start), self.expr(s.stop), self.expr(s.step)]
         values = bounds + [self.b.load(self.lookup("var", v.name)) for v in free.vars]
         values += [self.lookup("buffer", buf.name) for buf in free.buffers]
+        counter = self.allocas.alloca(_I64, name="omp.counter")
+        self.b.store(ll.Constant(_I64, 0), counter)  # reset on every run of the loop
+        values.append(counter)
         data_type = ll.LiteralStructType([v.type for v in values])
         data = self.allocas.alloca(data_type, name="omp.data")
         for k, v in enumerate(values):
@@ -345,38 +355,51 @@ def _emit_chunk(fn: ll.Function, loop: ir.For, free: FreeValues, data_type: ll.T
     fields = [body.b.load(body.b.gep(data, [ll.Constant(_I32, 0), ll.Constant(_I32, k)]))
               for k in range(len(data_type.elements))]
     t = loop.var.dtype
-    start, stop, step, tid, nt = (ir.Var(f"omp.{n}", t)
-                                  for n in ("start", "stop", "step", "tid", "nt"))
+    start, stop, step, nt = (ir.Var(f"omp.{n}", t) for n in ("start", "stop", "step", "nt"))
     for var, value in zip([start, stop, step, *free.vars], fields):
         body.declare(var, value)
     for buf, value in zip(free.buffers, fields[3 + len(free.vars):]):
         body.bind_buffer(buf, value)
-    body.declare(tid, body.omp_call("omp_get_thread_num", t))
+    body.bind_buffer(_COUNTER, fields[-1])
     body.declare(nt, body.omp_call("omp_get_num_threads", t))
-    body.block(_chunk_loop(loop, start, stop, step, tid, nt))
+    body.block(_chunk_loop(loop, start, stop, step, nt))
     body.finish()
 
 
-def _chunk_loop(loop: ir.For, start: ir.Var, stop: ir.Var, step: ir.Var, tid: ir.Var,
+@dataclass
+class _ClaimChunk(ir.Stmt):
+    """Backend-internal: ``var = counter[0]; counter[0] += grain``, atomically."""
+
+    var: ir.Var
+    grain: ir.Expr
+
+
+_COUNTER = ir.Buffer("omp.counter", ir.I64)
+
+
+def _chunk_loop(loop: ir.For, start: ir.Var, stop: ir.Var, step: ir.Var,
                 nt: ir.Var) -> list[ir.Stmt]:
-    """LIR for thread ``tid`` of ``nt``: iterations [lo, hi) of the loop's trip count,
-    the first ``n % nt`` threads taking one extra."""
+    """LIR for one thread: claim chunks of ``grain`` iterations until none are left.
+
+    About eight chunks a thread: few enough that claiming costs nothing next to the
+    work, enough to even out threads that run at different speeds."""
     t = loop.var.dtype
     one, zero = ir.Const(1, t), ir.Const(0, t)
-    n, chunk, extra, lo, hi, k = (ir.Var(f"omp.{x}", t)
-                                  for x in ("n", "chunk", "extra", "lo", "hi", "k"))
+    n, grain, lo, k = (ir.Var(f"omp.{x}", t) for x in ("n", "grain", "lo", "k"))
+    more = ir.Var("omp.more", ir.BOOL)
 
     def op(name: str, a: ir.Expr, b: ir.Expr) -> ir.Expr:
         return ir.BinOp(name, a, b)
 
     span = op("sub", op("add", op("sub", stop, start), step), one)
+    chunk = ir.For(k, lo, op("min", op("add", lo, grain), n), one,
+                   [ir.Declare(loop.var, op("add", start, op("mul", k, step))), *loop.body])
     return [
         ir.Declare(n, ir.Select(ir.Cmp("gt", stop, start), op("div", span, step), zero)),
-        ir.Declare(chunk, op("div", n, nt)),
-        ir.Declare(extra, op("rem", n, nt)),
-        ir.Declare(lo, op("add", op("mul", tid, chunk), op("min", tid, extra))),
-        ir.Declare(hi, op("add", op("add", lo, chunk),
-                          ir.Select(ir.Cmp("lt", tid, extra), one, zero))),
-        ir.For(k, lo, hi, one, [ir.Declare(loop.var, op("add", start, op("mul", k, step))),
-                                *loop.body]),
+        ir.Declare(grain, op("max", one, op("div", n, op("mul", nt, ir.Const(8, t))))),
+        ir.Declare(lo, zero),
+        ir.Declare(more, ir.Const(True, ir.BOOL)),
+        ir.While(more, [_ClaimChunk(lo, grain),
+                        ir.If(ir.Cmp("lt", lo, n), [chunk],
+                              [ir.Assign(more, ir.Const(False, ir.BOOL))])]),
     ]

@@ -1,7 +1,7 @@
 """Finding the OpenMP runtime that parallel loops call.
 
 Generated code calls the runtime through its C ABI (``GOMP_parallel``,
-``omp_get_thread_num``, ``omp_get_num_threads``), which GNU libgomp provides and LLVM's
+``omp_get_num_threads``), which GNU libgomp provides and LLVM's
 libomp and Intel's libiomp5 implement for compatibility. Loading the library with
 ``load_library_permanently`` makes those symbols visible to the JIT's linker.
 """
