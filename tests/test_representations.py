@@ -87,7 +87,7 @@ def check_against_reference(rep, rows: np.ndarray) -> None:
     f = rep.forest
     X = as_matrix(rows, f)
     out, vals = run_walk(rep, rows)
-    expected_vals = reference._leaf_values(f, X, reference._leaves(f, X))
+    expected_vals = reference.leaf_values(f, X, reference.global_leaves(f, X))
     np.testing.assert_array_equal(vals, expected_vals, err_msg=f"{rep.name} leaf values")
     np.testing.assert_allclose(out, reference.tree_sums(f, X), rtol=1e-12, atol=1e-12)
 

@@ -58,11 +58,11 @@ def _go_left(f: Forest, node: np.ndarray, x: np.ndarray) -> np.ndarray:
 def leaves(forest: Forest, X: Any) -> np.ndarray:
     """The leaf each row reaches in each tree: (rows, n_trees), tree-local node ids."""
     rows = as_matrix(X, forest)
-    return _leaves(forest, rows) - forest.tree_offsets[:-1]
+    return global_leaves(forest, rows) - forest.tree_offsets[:-1]
 
 
-def _leaves(f: Forest, X: np.ndarray) -> np.ndarray:
-    """Global leaf indices, shape (rows, n_trees)."""
+def global_leaves(f: Forest, X: np.ndarray) -> np.ndarray:
+    """Global leaf indices, shape (rows, n_trees), for rows checked by ``as_matrix``."""
     base = np.repeat(f.tree_offsets[:-1], f.tree_sizes)
     left = f.left + base
     right = f.right + base
@@ -78,8 +78,9 @@ def _leaves(f: Forest, X: np.ndarray) -> np.ndarray:
     return node
 
 
-def _leaf_values(f: Forest, X: np.ndarray, leaf: np.ndarray) -> np.ndarray:
-    """(rows, trees, leaf_width) values of the reached leaves, linear leaves applied."""
+def leaf_values(f: Forest, X: np.ndarray, leaf: np.ndarray) -> np.ndarray:
+    """(rows, trees, leaf_width) values of the reached leaves (global indices ``leaf``,
+    as :func:`global_leaves` gives them), linear leaves applied."""
     values = f.leaf_value[leaf]
     lin = f.linear
     if lin is None:
@@ -108,7 +109,7 @@ def tree_sums(f: Forest, X: np.ndarray) -> np.ndarray:
     chunk = max(1, _CELLS_PER_CHUNK // max(1, f.n_trees))
     for start in range(0, len(X), chunk):
         rows = X[start:start + chunk]
-        values = _leaf_values(f, rows, _leaves(f, rows))
+        values = leaf_values(f, rows, global_leaves(f, rows))
         if f.leaf_width == f.n_outputs and f.leaf_width > 1:
             margin[start:start + chunk] = values.sum(axis=1)
         else:

@@ -49,7 +49,6 @@ class _Walk:
 
 @dataclass
 class _Lowering:
-    fn: mir.Function
     forest: Forest
     rep: Representation
     rows: ir.Buffer
@@ -240,7 +239,7 @@ def lower(fn: mir.Function, forest: Forest, rep: Representation) -> ir.Kernel:
     n_rows = ir.Var("n_rows", ir.I64)
     n_threads = ir.Var("n_threads", ir.I64)
     tree_output = ir.Buffer("tree_output", ir.I32, readonly=True)
-    lowering = _Lowering(fn, forest, rep, rows, n_rows, n_threads, tree_output)
+    lowering = _Lowering(forest, rep, rows, n_rows, n_threads, tree_output)
     data_params = []
     for decl in fn.buffers:
         buf = ir.Buffer(_name(decl.name), ir.F64)

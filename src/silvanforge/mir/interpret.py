@@ -33,8 +33,8 @@ def interpret(fn: Function, forest: Forest, X: Any) -> np.ndarray:
 class _Machine:
     def __init__(self, fn: Function, forest: Forest, rows: np.ndarray) -> None:
         self.fn, self.forest = fn, forest
-        leaves = reference._leaves(forest, rows)  # global node ids, (rows, trees)
-        self.values = reference._leaf_values(forest, rows, leaves)
+        leaves = reference.global_leaves(forest, rows)  # global node ids, (rows, trees)
+        self.values = reference.leaf_values(forest, rows, leaves)
         self.depth = forest.node_depth[leaves]
         self.n = len(rows)
         sizes = {N: self.n, "n_outputs": forest.n_outputs}
