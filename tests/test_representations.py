@@ -391,3 +391,16 @@ def test_interpreter_loops_scopes_and_atomics():
     buf = np.zeros(2)
     run(ir.Kernel("k", [acc], body), {"acc": buf})
     np.testing.assert_array_equal(buf, [6.0, 1.0])
+
+
+@pytest.mark.parametrize("name", sorted(REGISTRY))
+def test_leaf_tables_are_float32_only_when_lossless(name):
+    def forest(leaf: float):
+        tree = Tree(left=[1, -1, -1], right=[2, -1, -1], feature=[0, 0, 0],
+                    threshold=[0.5, 0, 0], leaf_value=[0.0, leaf, -2.0])
+        return build_forest([tree], n_features=1, n_outputs=1)
+
+    exact, inexact = forest(0.375), forest(0.1)
+    assert REGISTRY[name](exact, "float32").buffers["model_leaf_value"].dtype == np.float32
+    assert REGISTRY[name](inexact, "float32").buffers["model_leaf_value"].dtype == np.float64
+    assert REGISTRY[name](exact, "float64").buffers["model_leaf_value"].dtype == np.float64

@@ -61,7 +61,7 @@ class LevelOrderRepresentation(TableRepresentation):
 
     def _fill(self, slot_nodes: np.ndarray) -> None:
         self._add(decision.node_arrays(self.forest, self.spec, slot_nodes, leaf_bit=True))
-        self._add(leaves.leaf_arrays(self.forest, slot_nodes))
+        self._add(leaves.leaf_arrays(self.forest, slot_nodes, self.precision))
 
     def is_leaf(self, tree: ir.Expr, node: ir.Expr) -> ir.Expr:
         return decision.is_leaf_flag(self._load("flags", node))

@@ -1,7 +1,9 @@
 """Leaf values as buffers and the LIR that reads them, linear leaves included.
 
-Every representation stores leaves as rows of a ``(slots, leaf_width)`` float64 table
-indexed by a leaf slot; they differ only in how a node handle maps to that slot. Linear
+Every representation stores leaves as rows of a ``(slots, leaf_width)`` table indexed by
+a leaf slot; they differ only in how a node handle maps to that slot. The table is
+float32 when the precision is float32 and every leaf value is a float32 exactly (XGBoost's
+are), halving its size without changing a result; float64 otherwise. Sums are float64. Linear
 leaves (LightGBM) add per-slot ``lin_offset``/``lin_count``/``lin_const`` and the shared
 ``lin_feature``/``lin_coeff`` arrays, padded so that the unrolled sum may read past a
 leaf's own coefficients without leaving the buffers.
@@ -25,12 +27,19 @@ def max_linear_terms(forest: Forest) -> int:
     return int(forest.linear.count.max(initial=0)) if forest.linear is not None else 0
 
 
-def leaf_arrays(forest: Forest, nodes: np.ndarray) -> dict[str, np.ndarray]:
+def leaf_arrays(forest: Forest, nodes: np.ndarray, precision: str = "float64"
+                ) -> dict[str, np.ndarray]:
     """Leaf tables for slots holding global ``nodes``; non-leaf slots (internal nodes,
     padding -1) hold zeros."""
     n = np.maximum(nodes, 0)
     leaf = (nodes >= 0) & forest.is_leaf[n]
-    arrays = {"leaf_value": np.where(leaf[:, None], forest.leaf_value[n], 0.0).reshape(-1)}
+    values = np.where(leaf[:, None], forest.leaf_value[n], 0.0).reshape(-1)
+    if precision == "float32":
+        with np.errstate(over="ignore"):
+            narrow = values.astype(np.float32)
+        if np.array_equal(narrow.astype(np.float64), values):
+            values = narrow
+    arrays = {"leaf_value": values}
     lin = forest.linear
     if lin is not None:
         pad = max_linear_terms(forest)
@@ -56,6 +65,8 @@ def leaf_value(forest: Forest, load: Loader, slot: ir.Expr, k: int,
     index = slot if width == 1 else ir.BinOp(
         "add", ir.BinOp("mul", slot, ir.i64(width)), ir.i64(k))
     constant = load("leaf_value", index)
+    if constant.dtype != ir.F64:
+        constant = ir.Cast(constant, ir.F64)
     if forest.linear is None:
         return constant
     count = load("lin_count", slot)

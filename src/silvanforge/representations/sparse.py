@@ -41,7 +41,7 @@ class SparseRepresentation(TableRepresentation):
                                         "nodes")
         self._add(decision.node_arrays(forest, self.spec, internal_nodes, leaf_bit=False))
         self._add({"child": child.astype(np.int32)})
-        self._add(leaves.leaf_arrays(forest, leaf_nodes))
+        self._add(leaves.leaf_arrays(forest, leaf_nodes, precision))
         self._add({"root": roots})
 
     def root(self, tree: ir.Expr) -> ir.Expr:
