@@ -45,6 +45,8 @@ def schedules(forest) -> dict[str, str]:
         "atomic tree parallel": f"reorder(tree, batch)\ntile(tree, t0, t1, {half})\n"
                                 "parallel(t0)\natomicReduce(t0)",
         "cached": "tile(batch, b0, b1, 8)\ncache(b0)\nreorder(b0, tree, b1)\ncache(tree)",
+        "vector reduce": f"tile(tree, t0, t1, {half})\nreorder(t0, batch, t1)\nparallel(t0)\n"
+                         "vectorReduce(t0, 4)",
     }
     if peel:
         out["peeled walk"] = f"peelWalk(tree, {peel})"
@@ -104,7 +106,7 @@ def test_the_schedule_drives_the_loop_nest(forest):
                   for name, s in schedules(forest).items()}
     # Distinct schedules ("default" is XGBoost's) give distinct loop nests.
     mir = {p.options.schedule: p.dump("mir") for p in predictors.values()}
-    assert len(set(mir.values())) == len(mir) >= 11
+    assert len(set(mir.values())) == len(mir) >= 12
     assert "parallel for" in predictors["xgboost"].dump("mir")
     assert "reduce_dimension" in predictors["tree_parallel"].dump("mir")
 
@@ -127,6 +129,14 @@ def test_real_model_shapes_from_the_libraries():
         for representation in REPRESENTATIONS:
             p = silvanforge.compile(forest, representation=representation, n_jobs=2)
             np.testing.assert_allclose(p.predict(X), reference.predict(forest, X), rtol=1e-12)
+
+
+def test_vector_reduce_uses_vectors_of_its_width(forest):
+    text = "tile(tree, t0, t1, 4)\nreorder(t0, batch, t1)\nparallel(t0)\nvectorReduce(t0, 4)"
+    predictor = silvanforge.compile(forest, schedule=text, n_jobs=2)
+    assert "<4 x double>" in predictor.dump("llvm")
+    X = np.random.default_rng(4).normal(size=(103, 3))
+    np.testing.assert_allclose(predictor.predict(X), reference.predict(forest, X), rtol=1e-12)
 
 
 def test_concurrent_calls_match_serial(forest):

@@ -128,9 +128,11 @@ class _Lowering:
         if isinstance(op, mir.Reduce):
             return self.reduce(op)
         if isinstance(op, mir.ReduceDimension):
-            return self.reduce_dimension(op.source, op.target, op.dim, op.indices, op.rows)
+            return self.reduce_dimension(op.source, op.target, op.dim, op.indices, op.rows,
+                                         op.vector_width)
         if isinstance(op, mir.ReduceDimensionInplace):
-            return self.reduce_dimension(op.buffer, None, op.dim, op.indices, op.rows)
+            return self.reduce_dimension(op.buffer, None, op.dim, op.indices, op.rows,
+                                         op.vector_width)
         if isinstance(op, mir.CacheTrees):
             return self.rep.cache_trees(self.bound(op.lower), self.bound(op.upper))
         if isinstance(op, mir.CacheRows):
@@ -204,33 +206,54 @@ class _Lowering:
         return stmts if valid is None else [ir.If(valid, stmts)]
 
     def reduce_dimension(self, source: str, target: str | None, dim: int, indices,
-                         rows: tuple[mir.Bound, mir.Bound]) -> list[ir.Stmt]:
+                         rows: tuple[mir.Bound, mir.Bound], width: int) -> list[ir.Stmt]:
         """Add slots of ``dim`` of ``source`` into ``target`` (or into slot 0 of ``source``
-        itself when ``target`` is None) and zero the slots read."""
+        itself when ``target`` is None) and zero the slots read.
+
+        The rows' outputs are contiguous in every slot, so the loop runs over them as one
+        flat range; ``width`` > 1 (``vectorReduce``) handles that many neighbours per
+        iteration in straight-line code, which LLVM turns into vector instructions of
+        that width, with a scalar loop for the remainder."""
         src, dims = self.buffers[source]
         fixed = [self.affine(i) for i in indices]
         after = [ir.i64(0)] * (len(dims) - 2 - dim - 1)
-        row = ir.Var(self.fresh("row"), ir.I64)
-        out = ir.Var(self.fresh("out"), ir.I64)
-        slot = ir.Var(self.fresh("slot"), ir.I64)
-        acc = ir.Var(self.fresh("acc"), ir.F64)
+        n_out = ir.i64(self.forest.n_outputs)
+        lo = ir.BinOp("mul", self.bound(rows[0]), n_out)
+        hi = ir.BinOp("mul", self.bound(rows[1]), n_out)
         first_slot = 0 if target is not None else 1
 
-        def at(s: ir.Expr) -> ir.Expr:
-            return self.flat_index(source, fixed + [s] + after + [row, out])
+        def at(slot: ir.Expr, e: ir.Expr) -> ir.Expr:
+            return self.flat_index(source, fixed + [slot] + after + [ir.i64(0), e])
 
-        inner = [ir.Declare(acc, ir.Const(0.0, ir.F64)),
-                 ir.For(slot, ir.i64(first_slot), ir.i64(dims[dim]), ir.i64(1), [
-                     ir.Assign(acc, ir.BinOp("add", acc, ir.Load(src, at(slot)))),
-                     ir.Store(src, at(slot), ir.Const(0.0, ir.F64))])]
-        if target is None:
-            dest, index = src, at(ir.i64(0))
-        else:
-            dest, _ = self.buffers[target]
-            index = self.flat_index(target, [row, out])
-        inner.append(ir.Store(dest, index, ir.BinOp("add", ir.Load(dest, index), acc)))
-        return [ir.For(row, self.bound(rows[0]), self.bound(rows[1]), ir.i64(1), [
-            ir.For(out, ir.i64(0), ir.i64(self.forest.n_outputs), ir.i64(1), inner)])]
+        def dest(e: ir.Expr) -> tuple[ir.Buffer, ir.Expr]:
+            if target is None:
+                return src, at(ir.i64(0), e)
+            return self.buffers[target][0], self.flat_index(target, [ir.i64(0), e])
+
+        def lanes(e: ir.Var, k: int) -> list[ir.Stmt]:
+            elems = [e if j == 0 else ir.BinOp("add", e, ir.i64(j)) for j in range(k)]
+            accs = [ir.Var(self.fresh("acc"), ir.F64) for _ in range(k)]
+            slot = ir.Var(self.fresh("slot"), ir.I64)
+            body = [ir.Assign(a, ir.BinOp("add", a, ir.Load(src, at(slot, x))))
+                    for a, x in zip(accs, elems)]
+            body += [ir.Store(src, at(slot, x), ir.Const(0.0, ir.F64)) for x in elems]
+            code: list[ir.Stmt] = [ir.Declare(a, ir.Const(0.0, ir.F64)) for a in accs]
+            code.append(ir.For(slot, ir.i64(first_slot), ir.i64(dims[dim]), ir.i64(1), body))
+            for a, x in zip(accs, elems):
+                buf, index = dest(x)
+                code.append(ir.Store(buf, index, ir.BinOp("add", ir.Load(buf, index), a)))
+            return code
+
+        e = ir.Var(self.fresh("element"), ir.I64)
+        if width <= 1:
+            return [ir.For(e, lo, hi, ir.i64(1), lanes(e, 1))]
+        main = ir.Var(self.fresh("vector_end"), ir.I64)
+        tail = ir.Var(self.fresh("element"), ir.I64)
+        span = ir.BinOp("mul", ir.BinOp("div", ir.BinOp("sub", hi, lo), ir.i64(width)),
+                        ir.i64(width))
+        return [ir.Declare(main, ir.BinOp("add", lo, span)),
+                ir.For(e, lo, main, ir.i64(width), lanes(e, width)),
+                ir.For(tail, main, hi, ir.i64(1), lanes(tail, 1))]
 
 
 def lower(fn: mir.Function, forest: Forest, rep: Representation) -> ir.Kernel:
