@@ -101,6 +101,18 @@ def test_every_schedule_and_batch_size(forest, representation):
                                        rtol=1e-12, err_msg=f"{name}, {n} rows")
 
 
+@pytest.mark.parametrize("representation", REPRESENTATIONS)
+def test_small_batches_take_their_own_kernel(forest, representation):
+    predictor = silvanforge.compile(forest, representation=representation, n_jobs=2)
+    assert "interleave(t1)" in predictor.options.small_schedule
+    rng = np.random.default_rng(6)
+    for n in range(0, 20):
+        X = rng.normal(size=(n, 3))
+        np.testing.assert_allclose(predictor.predict(X), reference.predict(forest, X),
+                                   rtol=1e-12, err_msg=f"{n} rows")
+    assert silvanforge.compile(forest, schedule="default").options.small_schedule is None
+
+
 def test_the_schedule_drives_the_loop_nest(forest):
     predictors = {name: silvanforge.compile(forest, schedule=s, n_jobs=1)
                   for name, s in schedules(forest).items()}
@@ -184,7 +196,7 @@ def test_a_foreign_cpu_recompiles(forest, tmp_path):
     fake = Target(predictor.kernel.target.triple, "future-cpu",
                   predictor.kernel.target.features + ",+imaginary-feature")
     with pytest.warns(UserWarning, match="recompiling"):
-        again = Predictor(forest, predictor.options, predictor.kernel.object_code, fake)
+        again = Predictor(forest, predictor.options, (predictor.kernel.object_code,), fake)
     X = np.zeros((4, 3))
     np.testing.assert_array_equal(again.predict(X), predictor.predict(X))
 

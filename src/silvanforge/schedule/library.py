@@ -12,6 +12,9 @@ forest) returning the text form, so every named schedule is also an example of i
   same schedule without ``interleave``; blocks of 16, 32 and 64 rows with 16 or 32
   interleaved walks measured within 15% of each other, 32/32 best).
 - ``xgboost``: seed §4.2: ``tile(batch, b0, b1, 64); reorder(b0, tree, b1); parallel(b0)``.
+- ``small_batch``: for a handful of rows: each row walks 16 trees at a time, interleaved
+  (``tile(tree, t0, t1, 16); interleave(t1)``); a single row has no other walks to
+  overlap. ``compile`` uses it for batches of up to 8 rows when no schedule is given.
 - ``one_tree_at_a_time``: ``reorder(tree, batch)``: one tree over the whole batch.
 - ``tree_parallel``: the tree loop tiled into ``chunks`` parallel chunks (2 by default,
   at most T), the chunk loop outermost, each chunk summing its trees for every row into
@@ -43,9 +46,14 @@ def _tree_parallel(n_trees: int, chunks: int = 2) -> str:
     return f"tile(tree, t0, t1, {per_chunk})\nreorder(t0, batch, t1)\nparallel(t0)"
 
 
+def _small_batch(n_trees: int) -> str:
+    return f"tile(tree, t0, t1, {max(1, min(16, n_trees))})\ninterleave(t1)"
+
+
 LIBRARY: dict[str, Callable[..., str]] = {
     "default": _default,
     "xgboost": _xgboost,
+    "small_batch": _small_batch,
     "one_tree_at_a_time": lambda n_trees: "reorder(tree, batch)",
     "tree_parallel": _tree_parallel,
 }
