@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from typing import Sequence
@@ -87,6 +88,21 @@ def _predict(args: argparse.Namespace) -> None:
             out.close()
 
 
+def _bench(args: argparse.Namespace) -> None:
+    from . import bench  # before the engines load: it sets their OpenMP threads to sleep
+
+    rows = _read_rows(args.data, args.header) if args.data else None
+    case = bench.case_from_file(args.model, rows, n_rows=max(args.batch))
+    engines = [e for e in bench.default_engines(args.lleaves_venv)
+               if not args.engines or e.name in args.engines]
+    result = bench.run([case], engines, args.batch, args.threads, rounds=args.rounds,
+                       log=lambda line: print(line, file=sys.stderr))
+    print(bench.markdown(result))
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(result, fh, indent=1)
+
+
 def _compile_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--schedule", help="a named schedule (default, xgboost, "
                    "one_tree_at_a_time, tree_parallel) or a file of schedule text")
@@ -138,6 +154,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("-o", "--out", help="write to this file instead of standard output")
     _compile_options(p)
     p.set_defaults(run=_predict)
+
+    p = commands.add_parser(
+        "bench", help="time SilvanForge against the other engines on a model",
+        description="Check every installed engine that can load the model (XGBoost, "
+                    "LightGBM, ONNX Runtime, TL2cgen, Hummingbird, lleaves) against the "
+                    "reference on the same rows, then time them in interleaved rounds and "
+                    "print a Markdown table; engines that cannot run are listed with why.")
+    p.add_argument("model", help="model file: XGBoost JSON/UBJSON, LightGBM text or ONNX")
+    p.add_argument("data", nargs="?", help="rows: CSV or .npy (extra trailing columns, "
+                   "e.g. a label, are dropped); default: random rows around the splits")
+    p.add_argument("--batch", type=int, nargs="+", default=[1, 256, 4096],
+                   help="batch sizes in rows (default: 1 256 4096)")
+    p.add_argument("--threads", type=int, nargs="+", default=[1],
+                   help="thread counts (default: 1)")
+    p.add_argument("--rounds", type=int, default=7,
+                   help="interleaved timing rounds; the median is reported (default: 7)")
+    p.add_argument("--engines", nargs="+", help="only these engines (e.g. silvanforge "
+                   "xgboost onnxruntime)")
+    p.add_argument("--lleaves-venv", help="virtualenv with lleaves installed")
+    p.add_argument("--header", action="store_true", help="the CSV has a header line")
+    p.add_argument("--json", help="also write the full results to this JSON file")
+    p.set_defaults(run=_bench)
 
     args = parser.parse_args(argv)
     try:

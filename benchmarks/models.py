@@ -1,0 +1,163 @@
+"""Benchmark models with the shapes of the Treebeard and lleaves benchmarks, trained on
+synthetic numpy data (no downloads), plus ../shared/models/*.json when that folder exists.
+
+The data sets are stand-ins: the feature counts, tree counts and depths are those of the
+published benchmarks, the values are random, so tree shapes (and so timings) are alike
+but predictions mean nothing.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import tempfile
+from dataclasses import dataclass
+
+import numpy as np
+
+import silvanforge
+from silvanforge.bench import Case, case_from_file
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SHARED = os.path.join(HERE, "..", "..", "shared", "models")
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One synthetic benchmark model: its library, shape and task."""
+
+    name: str
+    library: str  # xgboost, lightgbm or sklearn
+    features: int
+    task: str  # reg, bin, multi or poisson
+    trees: int = 100
+    depth: int = 8  # XGBoost / random-forest depth; LightGBM uses leaves
+    leaves: int = 31
+    categorical: int = 0  # trailing integer-coded categorical columns (LightGBM)
+    missing: float = 0.0  # fraction of values set to NaN
+    train_rows: int = 8000
+    quick: bool = False
+    note: str = ""
+
+
+SPECS = [
+    Spec("higgs-like", "xgboost", 28, "bin", quick=True, note="Treebeard HIGGS shape"),
+    Spec("airline-like", "xgboost", 13, "bin", missing=0.02, note="Treebeard airline shape"),
+    Spec("year-like", "xgboost", 90, "reg", note="Treebeard YearPredictionMSD shape"),
+    Spec("epsilon-like", "xgboost", 2000, "bin", train_rows=2000,
+         note="Treebeard epsilon shape"),
+    Spec("bosch-like", "xgboost", 968, "bin", missing=0.5, train_rows=3000,
+         note="Treebeard bosch shape (mostly missing values)"),
+    Spec("nyc-taxi-like", "lightgbm", 5, "reg", quick=True, note="lleaves NYC-taxi shape"),
+    Spec("airline-cat-like", "lightgbm", 13, "bin", categorical=5, quick=True,
+         note="lleaves airline shape, 5 categorical features"),
+    Spec("mtpl2-like", "lightgbm", 12, "poisson", trees=1000, categorical=2,
+         note="lleaves mtpl2 shape, 1000 trees"),
+    Spec("random-forest", "sklearn", 20, "bin", quick=True,
+         note="scikit-learn RandomForestClassifier"),
+    Spec("multiclass", "xgboost", 20, "multi", trees=40, depth=6, quick=True,
+         note="XGBoost multi:softprob, 4 classes"),
+]
+
+
+def _data(spec: Spec, n: int, rng: np.random.Generator) -> np.ndarray:
+    X = rng.normal(size=(n, spec.features)).astype(np.float32)
+    if spec.categorical:
+        X[:, -spec.categorical:] = rng.integers(0, 20, size=(n, spec.categorical))
+    if spec.missing:
+        X[rng.random(X.shape) < spec.missing] = np.nan
+    return X
+
+
+def _labels(spec: Spec, X: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    # A smooth function of a few features plus an interaction: deep trees have signal to
+    # split on everywhere, as on real data.
+    Z = np.nan_to_num(X[:, :min(8, spec.features)].astype(np.float64))
+    w = rng.normal(size=Z.shape[1])
+    signal = np.sin(Z @ w) + Z[:, 0] * Z[:, -1] + rng.normal(scale=0.3, size=len(Z))
+    if spec.categorical:
+        signal += np.nan_to_num(X[:, -1]) % 3 - 1
+    if spec.task == "bin":
+        return (signal > 0).astype(np.int64)
+    if spec.task == "multi":
+        return np.digitize(signal, np.quantile(signal, [0.25, 0.5, 0.75]))
+    if spec.task == "poisson":
+        return rng.poisson(np.exp(signal / 2)).astype(np.float64)
+    return signal
+
+
+def _estimator(spec: Spec):
+    if spec.library == "xgboost":
+        import xgboost as xgb
+
+        kind = xgb.XGBRegressor if spec.task == "reg" else xgb.XGBClassifier
+        return kind(n_estimators=spec.trees, max_depth=spec.depth, tree_method="hist",
+                    n_jobs=os.cpu_count(), min_child_weight=0.1)
+    if spec.library == "lightgbm":
+        import lightgbm as lgb
+
+        kind = lgb.LGBMClassifier if spec.task == "bin" else lgb.LGBMRegressor
+        objective = "poisson" if spec.task == "poisson" else None
+        return kind(n_estimators=spec.trees, num_leaves=spec.leaves, objective=objective,
+                    min_child_samples=5, verbose=-1)
+    from sklearn.ensemble import RandomForestClassifier
+
+    return RandomForestClassifier(n_estimators=spec.trees, max_depth=spec.depth,
+                                  n_jobs=os.cpu_count(), random_state=0)
+
+
+def build(spec: Spec, n_rows: int, folder: str, seed: int = 0) -> Case:
+    """Train ``spec``'s model and return its Case with ``n_rows`` benchmark rows.
+
+    XGBoost and LightGBM models are also saved under ``folder`` (lleaves reads files).
+    """
+    rng = np.random.default_rng(seed)
+    X = _data(spec, spec.train_rows, rng)
+    y = _labels(spec, X, rng)
+    est = _estimator(spec)
+    if spec.categorical:
+        columns = list(range(spec.features - spec.categorical, spec.features))
+        est.fit(X, y, categorical_feature=columns)
+    else:
+        est.fit(X, y)
+    rows = _data(spec, n_rows, rng)
+    path = booster = None
+    if spec.library == "xgboost":
+        booster = est.get_booster()
+        path = os.path.join(folder, spec.name + ".json")
+        booster.save_model(path)
+    elif spec.library == "lightgbm":
+        booster = est.booster_
+        path = os.path.join(folder, spec.name + ".txt")
+        booster.save_model(path)
+    source = booster if booster is not None else est
+    return Case(spec.name, silvanforge.load(source), rows, spec.library, booster=booster,
+                estimator=est, path=path, note=spec.note)
+
+
+def shared_cases(n_rows: int) -> list[Case]:
+    """../shared/models/*.json with their CSV rows (feature columns, then a label)."""
+    cases = []
+    for path in sorted(glob.glob(os.path.join(SHARED, "*.json"))):
+        stem = path[:-len(".json")]
+        csvs = sorted(glob.glob(stem + ".*.csv"))
+        rows = np.loadtxt(csvs[0], delimiter=",", ndmin=2) if csvs else None
+        case = case_from_file(path, rows, n_rows)
+        case.name = "shared/" + case.name
+        case.note = "real model" + (f", rows of {os.path.basename(csvs[0])}" if csvs else "")
+        cases.append(case)
+    return cases
+
+
+def cases(quick: bool, n_rows: int, names: list[str] | None = None,
+          folder: str | None = None, log=print) -> list[Case]:
+    """Every benchmark model (``quick``: the small subset; ``names``: only those), then
+    the shared ones."""
+    folder = folder or tempfile.mkdtemp(prefix="sf-bench-models-")
+    out = []
+    for spec in SPECS:
+        if (quick and not spec.quick) or (names and spec.name not in names):
+            continue
+        log(f"training {spec.name} ({spec.library}, {spec.trees} trees)")
+        out.append(build(spec, n_rows, folder))
+    return out + [c for c in shared_cases(n_rows) if not names or c.name in names]
