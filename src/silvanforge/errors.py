@@ -42,6 +42,11 @@ class ScheduleError(SilvanForgeError):
     """A schedule is invalid: the message names the directive (and line) and the reason."""
 
 
+class TilingError(SilvanForgeError):
+    """A tiling is invalid (seed 000 §3.4: a partition of the internal nodes into connected,
+    maximal tiles of at most the tile size) or asks for an unsupported tile size."""
+
+
 class MissingDependencyError(SilvanForgeError, ImportError):
     """An optional library needed for this source (e.g. ``onnx``) is not installed."""
 
