@@ -113,6 +113,27 @@ def test_small_batches_take_their_own_kernel(forest, representation):
     assert silvanforge.compile(forest, schedule="default").options.small_schedule is None
 
 
+def test_default_schedule_sizes_threads_to_the_batch(forest, monkeypatch):
+    from silvanforge.runtime import predictor as runtime
+
+    predictor = silvanforge.compile(forest, n_jobs=2)
+    # The default schedule has no scratch buffers: the thread count is argument 3.
+    calls = []
+    real = predictor._main.code.function
+    monkeypatch.setattr(predictor._main.code, "function",
+                        lambda *a: (calls.append(a[3]), real(*a))[1])
+    X = np.zeros((runtime.MIN_ROWS_PER_THREAD * 2, 3))
+    predictor.predict(X[:runtime.MIN_ROWS_PER_THREAD])
+    predictor.predict(X)
+    assert calls == [1, 2]
+    explicit = silvanforge.compile(forest, schedule="default", n_jobs=2)
+    real_explicit = explicit._main.code.function
+    monkeypatch.setattr(explicit._main.code, "function",
+                        lambda *a: (calls.append(a[3]), real_explicit(*a))[1])
+    explicit.predict(X[:10])
+    assert calls[-1] == 2
+
+
 def test_the_schedule_drives_the_loop_nest(forest):
     predictors = {name: silvanforge.compile(forest, schedule=s, n_jobs=1)
                   for name, s in schedules(forest).items()}
