@@ -18,9 +18,9 @@ from hypothesis import given, settings, strategies as st
 import silvanforge
 from silvanforge import reference
 from silvanforge.errors import InputError, ModelFormatError, ScheduleError
-from silvanforge.model import OP_CAT
 
 from test_forest import random_forests, stump, forest_of
+from util import probe_rows
 
 REPRESENTATIONS = ["array", "sparse", "reorg"]
 
@@ -53,15 +53,6 @@ def schedules(forest) -> dict[str, str]:
     return out
 
 
-def rows_for(forest, seed: int, n: int = 37) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    cats = [forest.category_set(i) for i in np.flatnonzero(forest.split_op == OP_CAT)]
-    pool = np.concatenate([forest.threshold, *cats, [0.0, -0.5, -1.0, np.nan, 1e-36, 31.0,
-                                                     32.0, 1e30, -np.inf]])
-    X = rng.choice(pool, size=(n, forest.n_features))
-    return np.where(rng.random(X.shape) < 0.3, rng.normal(size=X.shape), X)
-
-
 @settings(max_examples=40, deadline=None)
 @given(forest=random_forests(), seed=st.integers(0, 2**32 - 1),
        representation=st.sampled_from(REPRESENTATIONS), which=st.integers(0, 100),
@@ -75,7 +66,7 @@ def test_compiled_equals_reference(forest, seed, representation, which, n_jobs, 
     except silvanforge.UnsupportedModelError:
         assert representation == "array"  # a tree too deep for a padded array
         return
-    X = rows_for(forest, seed).astype(dtype)
+    X = probe_rows(forest, seed, 37).astype(dtype)
     for output in ("margin", "value"):
         expected = reference.predict(forest, X, output=output)
         got = predictor.predict(X, output=output)

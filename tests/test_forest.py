@@ -20,6 +20,7 @@ from silvanforge.errors import InputError, ModelFormatError, SilvanForgeError
 from silvanforge.model import (MISSING_NAN, MISSING_NONE, MISSING_ZERO, OP_CAT, OP_EQ,
                                OP_LE, OP_LT, Tree, build_forest)
 from silvanforge.model.forest import ZERO_THRESHOLD
+from util import probe_rows
 
 
 def stump(feature=0, threshold=0.5, values=(1.0, 2.0), **kw) -> Tree:
@@ -397,14 +398,7 @@ def random_forests(draw):
 @settings(max_examples=150)
 @given(random_forests(), st.integers(0, 2**32 - 1))
 def test_reference_matches_a_row_by_row_walk(forest, seed):
-    rng = np.random.default_rng(seed)
-    # Values on thresholds, on and just off category boundaries, and the special ones.
-    cats = [forest.category_set(n) for n in np.flatnonzero(forest.split_op == OP_CAT)]
-    pool = np.concatenate([forest.threshold, *cats, *[c + 0.5 for c in cats],
-                           [31.0, 32.0, 63.0, 64.0, 0.0, -0.0, -0.5, -1.0, 1e-36, -1e-36,
-                            np.nan, np.inf, -np.inf, 1e30]])
-    X = rng.choice(pool, size=(40, forest.n_features))
-    X = np.where(rng.random(X.shape) < 0.2, rng.normal(size=X.shape), X)
+    X = probe_rows(forest, seed, 40)
     rows = X.astype(forest.input_dtype).astype(np.float64)
     leaves = reference.leaves(forest, X)
     expected_margin = np.zeros((len(X), forest.n_outputs))

@@ -13,7 +13,7 @@ pd = pytest.importorskip("pandas", reason="pandas is not installed")
 
 import silvanforge  # noqa: E402
 from silvanforge import reference  # noqa: E402
-from silvanforge.errors import SilvanForgeError, UnsupportedModelError  # noqa: E402
+from silvanforge.errors import SilvanForgeError  # noqa: E402
 from silvanforge.frontends import lightgbm as lgb_frontend  # noqa: E402
 from silvanforge.model.forest import MISSING_NAN, MISSING_NONE, MISSING_ZERO, OP_CAT  # noqa: E402
 from util import assert_parity, with_nans  # noqa: E402

@@ -6,8 +6,7 @@ from hypothesis import given, strategies as st
 
 from silvanforge import reference
 from silvanforge.errors import ScheduleError
-from silvanforge.mir import (Loop, ReduceDimension, ReduceDimensionInplace, interpret, lower,
-                             print_mir)
+from silvanforge.mir import Loop, ReduceDimension, interpret, lower, print_mir
 from silvanforge.model.builder import Tree, build_forest
 from silvanforge.schedule import Schedule, named
 

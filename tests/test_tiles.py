@@ -13,13 +13,14 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 from test_forest import random_forests
+from util import probe_rows
 
 from silvanforge import reference
 from silvanforge.errors import TilingError
 from silvanforge.hir import (MAX_TILE_SIZE, check_tiling, plan_tiling, print_plan,
                              print_shapes, tile_shapes, tile_uniform, uniform_tiling,
                              walk_plan)
-from silvanforge.model import OP_CAT, Tree, build_forest
+from silvanforge.model import Tree, build_forest
 from silvanforge.model.inputs import as_matrix
 
 SIZES = range(1, MAX_TILE_SIZE + 1)
@@ -263,12 +264,7 @@ def plan_with(plan, **changes):
 @settings(max_examples=30)
 @given(random_forests(), st.integers(0, 2**32 - 1))
 def test_walking_tiles_reaches_the_reference_leaf(forest, seed):
-    rng = np.random.default_rng(seed)
-    cats = [forest.category_set(n) for n in np.flatnonzero(forest.split_op == OP_CAT)]
-    pool = np.concatenate([forest.threshold, *cats, *[c + 0.5 for c in cats],
-                           [0.0, -0.0, -0.5, -1.0, 1e-36, np.nan, np.inf, -np.inf]])
-    X = rng.choice(pool, size=(30, forest.n_features))
-    X = np.where(rng.random(X.shape) < 0.2, rng.normal(size=X.shape), X)
+    X = probe_rows(forest, seed, 30)
     expected = reference.global_leaves(forest, as_matrix(X, forest))
     for n in SIZES:
         np.testing.assert_array_equal(walk_plan(tile_uniform(forest, n), forest, X), expected)

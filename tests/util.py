@@ -47,3 +47,17 @@ def to_ubjson(value) -> bytes:
         return b"D" + struct.pack(">d", value)
     raw = value.encode()
     return b"SL" + struct.pack(">q", len(raw)) + raw
+
+
+def probe_rows(forest, seed: int, n: int) -> np.ndarray:
+    """Rows that probe every split: values on thresholds, on and just off category
+    boundaries, NaN, infinities, signed zeros, tiny and huge values, and some normals."""
+    from silvanforge.model import OP_CAT
+
+    rng = np.random.default_rng(seed)
+    cats = [forest.category_set(i) for i in np.flatnonzero(forest.split_op == OP_CAT)]
+    pool = np.concatenate([forest.threshold, *cats, *[c + 0.5 for c in cats],
+                           [31.0, 32.0, 63.0, 64.0, 0.0, -0.0, -0.5, -1.0, 1e-36, -1e-36,
+                            np.nan, np.inf, -np.inf, 1e30]])
+    X = rng.choice(pool, size=(n, forest.n_features))
+    return np.where(rng.random(X.shape) < 0.2, rng.normal(size=X.shape), X)
