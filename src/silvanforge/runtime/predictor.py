@@ -104,7 +104,7 @@ def _schedule(forest: Forest, schedule: Any) -> Schedule:
                      f"{type(schedule).__name__}")
 
 
-def _representation(forest: Forest, name: str | None) -> str:
+def _representation(name: str | None) -> str:
     if name is None:
         # The sparse layout serves every tree shape; choosing per model comes with tiling.
         return "sparse"
@@ -141,7 +141,6 @@ class Predictor:
                            target) for text, code in zip(schedules, codes)]
         self._main = kernels[0]
         self._small = kernels[1] if len(kernels) > 1 else None
-        self._kernels = kernels
         # The model buffers never change: their addresses are taken once, not per call
         # (``ndarray.ctypes`` costs about a microsecond each).
         self._model_arrays = [np.ascontiguousarray(forest.tree_output, dtype=np.int32)] + [
@@ -232,7 +231,7 @@ class Predictor:
         header = {"format": FORMAT_VERSION, "forest": meta, "options": vars(self.options),
                   "target": [t.triple, t.cpu, t.features]}
         codes = {f"object_code_{i}": np.frombuffer(k.code.object_code, dtype=np.uint8)
-                 for i, k in enumerate(self._kernels)}
+                 for i, k in enumerate(filter(None, (self._main, self._small)))}
         buf = io.BytesIO()
         np.savez(buf, **{f"forest_{k}": v for k, v in arrays.items()},
                  header=serialize.dumps_meta(header), **codes)
@@ -309,7 +308,7 @@ def compile(model: Any, target: str = "cpu", schedule: Any = None,
     chosen = _schedule(forest, schedule)
     # A schedule left to SilvanForge gets a second kernel for small batches.
     small = str(named("small_batch", forest.n_trees)) if schedule is None else None
-    options = Options(schedule=str(chosen), representation=_representation(forest,
-                      representation), precision=_precision(forest, precision), n_jobs=jobs,
+    options = Options(schedule=str(chosen), representation=_representation(representation),
+                      precision=_precision(forest, precision), n_jobs=jobs,
                       small_schedule=small)
     return Predictor(forest, options)
