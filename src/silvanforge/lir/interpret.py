@@ -45,6 +45,9 @@ class _Env:
         self.vars: dict[str, Any] = {}
         self.buffers: dict[str, np.ndarray] = {}
         self.readonly: set[str] = set()
+        # GPU launches (run_launch): the block's barrier and its shared arrays by name.
+        self.barrier: Any = None
+        self.shared: dict[str, np.ndarray] | None = None
 
 
 def run(kernel: ir.Kernel, args: dict[str, np.ndarray | int | float]) -> None:
@@ -54,6 +57,52 @@ def run(kernel: ir.Kernel, args: dict[str, np.ndarray | int | float]) -> None:
 
     >>> run(kernel, {"x": rows, "out": out, "n_rows": len(rows)})    # doctest: +SKIP
     """
+    env = _bind(kernel, args)
+    with np.errstate(all="ignore"):
+        _block(kernel.body, env)
+
+
+def run_launch(kernel: ir.Kernel, args: dict[str, np.ndarray | int | float],
+               grid: tuple[int, int, int], block: tuple[int, int, int]) -> None:
+    """Execute a GPU kernel (:mod:`silvanforge.lir.gpu`) on ``grid`` × ``block`` threads.
+
+    Blocks run one after another; the threads of a block are Python threads that meet at
+    each ``Barrier`` and share the block's shared arrays, so a missing barrier or a
+    barrier that only some threads reach shows up here (as a wrong result or a
+    ``BrokenBarrierError``), not only on a device.
+    """
+    import itertools
+    import threading
+
+    def thread(env: _Env, errors: list) -> None:
+        try:
+            with np.errstate(all="ignore"):
+                _block(kernel.body, env)
+        except BaseException as exc:  # reported by the caller, after the others stop
+            errors.append(exc)
+            env.barrier.abort()
+
+    for bz, by, bx in itertools.product(*(range(g) for g in reversed(grid))):
+        n = block[0] * block[1] * block[2]
+        barrier, shared, errors = threading.Barrier(n), {}, []
+        threads = []
+        for tz, ty, tx in itertools.product(*(range(b) for b in reversed(block))):
+            env = _bind(kernel, args)
+            env.barrier, env.shared = barrier, shared
+            for kind, values in (("thread", (tx, ty, tz)), ("block", (bx, by, bz)),
+                                 ("block_dim", block), ("grid_dim", grid)):
+                env.vars.update({f"{kind}.{d}": v for d, v in zip("xyz", values)})
+            threads.append(threading.Thread(target=thread, args=(env, errors)))
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            raise next((e for e in errors if not isinstance(e, threading.BrokenBarrierError)),
+                       errors[0])
+
+
+def _bind(kernel: ir.Kernel, args: dict[str, np.ndarray | int | float]) -> _Env:
     env = _Env()
     for p in kernel.params:
         if p.name not in args:
@@ -69,8 +118,7 @@ def run(kernel: ir.Kernel, args: dict[str, np.ndarray | int | float]) -> None:
                 env.readonly.add(p.name)
         else:
             env.vars[p.name] = _coerce(value, p.dtype)
-    with np.errstate(all="ignore"):
-        _block(kernel.body, env)
+    return env
 
 
 # ---- values -------------------------------------------------------------------------
@@ -227,6 +275,7 @@ _EVAL: dict[type, Callable[[Any, _Env], Any]] = {
     ir.Select: _select,
     ir.Cast: _cast,
     ir.Math: lambda e, env: _MATH[e.func](_eval(e.a, env)),
+    ir.ThreadIndex: lambda e, env: _thread_index(e, env),
 }
 
 
@@ -299,7 +348,24 @@ def _if(s: ir.If, env: _Env) -> None:
 def _local_array(s: ir.LocalArray, env: _Env) -> None:
     if s.buffer.size is None:
         raise TypeError(f"local array {s.buffer.name!r} needs a size")
-    env.buffers[s.buffer.name] = np.zeros(s.buffer.size, NUMPY_DTYPES[s.buffer.dtype])
+    array = np.zeros(s.buffer.size, NUMPY_DTYPES[s.buffer.dtype])
+    if s.buffer.shared:
+        if env.shared is None:
+            raise TypeError(f"shared array {s.buffer.name!r} outside a GPU launch")
+        array = env.shared.setdefault(s.buffer.name, array)  # the block's one copy
+    env.buffers[s.buffer.name] = array
+
+
+def _barrier(s: ir.Barrier, env: _Env) -> None:
+    if env.barrier is None:
+        raise TypeError("barrier outside a GPU launch")
+    env.barrier.wait()
+
+
+def _thread_index(e: ir.ThreadIndex, env: _Env) -> int:
+    if "thread.x" not in env.vars:
+        raise TypeError(f"thread index {e.kind}.{e.dim} outside a GPU launch")
+    return env.vars[f"{e.kind}.{e.dim}"]
 
 
 def _prefetch(s: ir.Prefetch, env: _Env) -> None:
@@ -316,4 +382,5 @@ _EXEC: dict[type, Callable[[Any, _Env], None]] = {
     ir.For: _for,
     ir.While: _while,
     ir.If: _if,
+    ir.Barrier: _barrier,
 }

@@ -74,6 +74,9 @@ class Buffer:
     dtype: DType
     size: int | None = None
     readonly: bool = False
+    # A local array in GPU shared (OpenCL: local) memory: one copy per thread block,
+    # declared at the kernel's top level; CPU backends refuse it.
+    shared: bool = False
 
 
 @dataclass(frozen=True)
@@ -145,6 +148,21 @@ class Math(Expr):
     @property
     def dtype(self) -> DType:  # type: ignore[override]
         return self.a.dtype
+
+
+THREAD_DIMS = ("x", "y", "z")
+THREAD_KINDS = ("thread", "block", "block_dim", "grid_dim")
+
+
+@dataclass(frozen=True)
+class ThreadIndex(Expr):
+    """GPU only: the i64 index of this thread in its block (``thread``), of its block in
+    the grid (``block``), or the block's / grid's size (``block_dim`` / ``grid_dim``, in
+    blocks) along ``dim``."""
+
+    dim: str
+    kind: str
+    dtype: DType = I64
 
 
 # ---- statements ----------------------------------------------------------------------
@@ -224,6 +242,13 @@ class If(Stmt):
     cond: Expr
     then: list[Stmt] = field(default_factory=list)
     orelse: list[Stmt] = field(default_factory=list)
+
+
+@dataclass
+class Barrier(Stmt):
+    """GPU only: every thread of the block waits here, and then sees the global and
+    shared memory writes the others made before it. Every thread of a block must reach
+    the same barriers (none inside code that only some threads run)."""
 
 
 @dataclass

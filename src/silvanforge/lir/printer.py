@@ -65,6 +65,8 @@ def format_expr(e: ir.Expr) -> str:
         return f"({e.dtype.name}){format_expr(e.a)}"
     if isinstance(e, ir.Math):
         return f"{e.func}({format_expr(e.a)})"
+    if isinstance(e, ir.ThreadIndex):
+        return f"{e.kind}.{e.dim}"
     raise TypeError(f"not a LIR expression: {e!r}")
 
 
@@ -93,7 +95,10 @@ def _stmt(s: ir.Stmt, depth: int, lines: list[str]) -> None:
     elif isinstance(s, ir.Prefetch):
         lines.append(f"{pad}prefetch(&{s.buffer.name}[{format_expr(s.index)}]);")
     elif isinstance(s, ir.LocalArray):
-        lines.append(f"{pad}{s.buffer.dtype.name} {s.buffer.name}[{s.buffer.size}];")
+        shared = "shared " if s.buffer.shared else ""
+        lines.append(f"{pad}{shared}{s.buffer.dtype.name} {s.buffer.name}[{s.buffer.size}];")
+    elif isinstance(s, ir.Barrier):
+        lines.append(f"{pad}barrier();")
     elif isinstance(s, ir.For):
         _for(s, depth, lines)
     elif isinstance(s, ir.While):

@@ -21,6 +21,12 @@ forest) returning the text form, so every named schedule is also an example of i
   its own copy of the result (reduction legalisation), the copies added at the end. One
   parallel region per call, as with row blocks; it pays where rows are few and trees many.
 
+GPU schedules (``GPU_SCHEDULES``; docs/GPU.md): Tahoe's four strategies
+(``tahoe_direct``, the GPU default; ``tahoe_shared_data``, ``tahoe_shared_forest``,
+``tahoe_shared_partial_forest``), ``gpu_tree_parallel`` (rows × tree threads per block,
+``sharedReduce``), ``gpu_atomic`` (tree chunks on ``grid.y``, ``atomicReduce``) and
+``gpu_interleaved``. On a CPU their GPU-mapped loops run serially.
+
 >>> print(named("one_tree_at_a_time", n_trees=10))
 reorder(tree, batch)
 """
@@ -50,13 +56,73 @@ def _small_batch(n_trees: int) -> str:
     return f"tile(tree, t0, t1, {max(1, min(16, n_trees))})\ninterleave(t1)"
 
 
+# ---- GPU schedules (docs/GPU.md): Tahoe's four strategies (seed 002 §4.3) and more ----
+
+def _per(n_trees: int, parts: int) -> int:
+    """Trees per chunk when ``n_trees`` trees are cut into at most ``parts`` chunks."""
+    return -(-max(n_trees, 1) // max(1, min(parts, n_trees)))
+
+
+def _tahoe_direct(n_trees: int, rows: int = 64) -> str:
+    return (f"tile(batch, b0, b1, {rows})\nreorder(b0, b1, tree)\n"
+            "gpuDimension(b0, grid.x)\ngpuDimension(b1, block.x)")
+
+
+def _tahoe_shared_data(n_trees: int, threads: int = 32) -> str:
+    return (f"tile(tree, t0, t1, {_per(n_trees, threads)})\nreorder(batch, t0, t1)\n"
+            "gpuDimension(batch, grid.x)\ngpuDimension(t0, block.x)\ncache(batch)\n"
+            "sharedReduce(t0)")
+
+
+def _tahoe_shared_forest(n_trees: int, rows: int = 64) -> str:
+    return (f"tile(batch, b0, b1, {rows})\ntile(tree, t0, t1, {max(n_trees, 1)})\n"
+            "reorder(b0, b1, t0, t1)\ncache(t0)\n"
+            "gpuDimension(b0, grid.x)\ngpuDimension(b1, block.x)")
+
+
+def _tahoe_shared_partial_forest(n_trees: int, rows: int = 64, chunks: int = 4) -> str:
+    per = _per(n_trees, chunks)
+    return (f"tile(batch, b0, b1, {rows})\ntile(tree, t0, t0Inner, {per})\n"
+            f"tile(t0Inner, t1, t2, {per})\ncache(t1)\nreorder(b0, t0, b1, t1, t2)\n"
+            "gpuDimension(b0, grid.x)\ngpuDimension(t0, grid.y)\ngpuDimension(b1, block.x)")
+
+
+def _gpu_tree_parallel(n_trees: int, rows: int = 8, threads: int = 8) -> str:
+    return (f"tile(batch, b0, b1, {rows})\ntile(tree, t0, t1, {_per(n_trees, threads)})\n"
+            "reorder(b0, b1, t0, t1)\ngpuDimension(b0, grid.x)\ngpuDimension(b1, block.x)\n"
+            "gpuDimension(t0, block.y)\nsharedReduce(t0)")
+
+
+def _gpu_atomic(n_trees: int, rows: int = 64, chunks: int = 4) -> str:
+    return (f"tile(batch, b0, b1, {rows})\ntile(tree, t0, t1, {_per(n_trees, chunks)})\n"
+            "reorder(b0, t0, b1, t1)\ngpuDimension(b0, grid.x)\ngpuDimension(t0, grid.y)\n"
+            "gpuDimension(b1, block.x)\natomicReduce(t0)")
+
+
+def _gpu_interleaved(n_trees: int, rows: int = 64, walks: int = 4) -> str:
+    return (f"tile(batch, b0, b1, {rows})\ntile(tree, t0, t1, {max(1, min(walks, n_trees))})\n"
+            "reorder(b0, b1, t0, t1)\ninterleave(t1)\n"
+            "gpuDimension(b0, grid.x)\ngpuDimension(b1, block.x)")
+
+
 LIBRARY: dict[str, Callable[..., str]] = {
     "default": _default,
     "xgboost": _xgboost,
     "small_batch": _small_batch,
     "one_tree_at_a_time": lambda n_trees: "reorder(tree, batch)",
     "tree_parallel": _tree_parallel,
+    "tahoe_direct": _tahoe_direct,
+    "tahoe_shared_data": _tahoe_shared_data,
+    "tahoe_shared_forest": _tahoe_shared_forest,
+    "tahoe_shared_partial_forest": _tahoe_shared_partial_forest,
+    "gpu_tree_parallel": _gpu_tree_parallel,
+    "gpu_atomic": _gpu_atomic,
+    "gpu_interleaved": _gpu_interleaved,
 }
+# Schedules for GPU targets; compile(target="opencl"|"cuda") uses the first by default.
+GPU_SCHEDULES = ("tahoe_direct", "tahoe_shared_data", "tahoe_shared_forest",
+                 "tahoe_shared_partial_forest", "gpu_tree_parallel", "gpu_atomic",
+                 "gpu_interleaved")
 
 
 def named(name: str, n_trees: int, **options: int) -> Schedule:

@@ -234,7 +234,18 @@ class _FunctionBuilder:
         args = [ptr] + [ll.Constant(_I32, v) for v in (0, 3, 1)]
         self.b.call(self.function("llvm.prefetch.p0", fnty), args)
 
+    # GPU-only nodes (thread ids, barriers, shared memory) have no meaning on a CPU.
+    def _e_ThreadIndex(self, e: ir.ThreadIndex) -> ll.Value:
+        raise BackendError(f"kernel {self.fn.name}: GPU thread index {e.kind}.{e.dim} "
+                           "on a CPU target")
+
+    def _s_Barrier(self, s: ir.Barrier) -> None:
+        raise BackendError(f"kernel {self.fn.name}: GPU barrier on a CPU target")
+
     def _s_LocalArray(self, s: ir.LocalArray) -> None:
+        if s.buffer.shared:
+            raise BackendError(f"kernel {self.fn.name}: shared-memory array "
+                               f"{s.buffer.name!r} on a CPU target")
         if s.buffer.size is None or s.buffer.size <= 0:
             raise BackendError(f"local array {s.buffer.name!r} needs a positive size")
         array = self.allocas.alloca(ll.ArrayType(llvm_type(s.buffer.dtype), s.buffer.size),

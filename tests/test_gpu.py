@@ -1,0 +1,253 @@
+"""GPU backends against the reference: OpenCL kernels run on PoCL (or any OpenCL device),
+every CUDA kernel compiled to PTX by NVRTC, and on a machine with an NVIDIA GPU the CUDA
+path run for real (marker ``cuda``).
+
+CI has no GPU but must run these: there a missing pyopencl / OpenCL device / NVRTC is a
+failure; elsewhere (no ``CI`` in the environment) a skip with the reason printed.
+Compiling an OpenCL program costs PoCL about a second, so predictors are built once per
+configuration and shared by the tests.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import silvanforge
+from silvanforge import reference
+from silvanforge.backends.gpu import CUDARenderer, OpenCLRenderer
+from silvanforge.errors import BackendError, InputError, UnsupportedModelError
+from silvanforge.lir import gpu, ir
+from silvanforge.lir.interpret import NUMPY_DTYPES, run_launch
+from silvanforge.mir import lower as mir_lower
+from silvanforge.representations import REGISTRY
+from silvanforge.schedule import named
+from silvanforge.schedule.library import GPU_SCHEDULES
+
+from test_forest import forest_of, random_forests, stump
+from util import assert_parity, probe_rows, with_nans
+
+REPRESENTATIONS = ["array", "sparse", "reorg"]
+
+
+def _unavailable(reason: str) -> None:
+    if os.environ.get("CI"):
+        pytest.fail(f"{reason} (CI must run the GPU tests)")
+    print(f"\nskipped: {reason}")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def opencl():
+    try:
+        import pyopencl  # noqa: F401
+        from silvanforge.backends.gpu.runtime import _opencl_context
+        _opencl_context()
+    except Exception as exc:  # noqa: BLE001 - any reason means: no OpenCL here
+        _unavailable(f"no OpenCL device (install pocl-opencl-icd and pyopencl): {exc}")
+
+
+@pytest.fixture(scope="session")
+def nvrtc():
+    try:
+        from silvanforge.backends.gpu.nvrtc import compile_ptx
+        compile_ptx('extern "C" __global__ void probe(double* x) { x[0] = 1.0; }')
+    except Exception as exc:  # noqa: BLE001
+        _unavailable(f"NVRTC is not usable (pip install cuda-python nvidia-cuda-nvrtc): {exc}")
+    return compile_ptx
+
+
+_PREDICTORS: dict = {}
+
+
+def predictor(forest, schedule: str, representation: str = "sparse", target="opencl"):
+    key = (id(forest), schedule, representation, target)
+    if key not in _PREDICTORS:
+        _PREDICTORS[key] = silvanforge.compile(forest, target=target, schedule=schedule,
+                                               representation=representation)
+    return _PREDICTORS[key]
+
+
+@pytest.fixture(scope="module")
+def forest():
+    """Eleven stumps over three features, a sigmoid: T not a multiple of any tile."""
+    trees = [stump(feature=k % 3, threshold=0.1 * k, values=(k, -k)) for k in range(1, 12)]
+    return forest_of(*trees, n_features=3, base_score=0.5, post_transform="sigmoid")
+
+
+def _program(forest, schedule: str, representation: str) -> gpu.Program:
+    sched = named(schedule, forest.n_trees) if schedule in GPU_SCHEDULES else \
+        silvanforge.schedule.Schedule.parse(schedule, forest.n_trees)
+    return gpu.lower(mir_lower(forest, sched), forest, REGISTRY[representation](forest))
+
+
+# Beyond the named ones: a row cache on a block of rows, rows per block with tree threads
+# on block.y and no shared reduction (global privatized buffer, one launch), and a split.
+EXTRA = {
+    "cached rows": "tile(batch, b0, b1, 16)\ncache(b0)\ngpuDimension(b0, grid.x)\n"
+                   "gpuDimension(b1, block.x)",
+    "global tree reduce": "tile(batch, b0, b1, 4)\ntile(tree, t0, t1, 3)\n"
+                          "reorder(b0, b1, t0, t1)\ngpuDimension(b0, grid.x)\n"
+                          "gpuDimension(b1, block.x)\ngpuDimension(t0, block.y)",
+    "split unrolled": "tile(batch, b0, b1, 32)\nsplit(tree, ta, tb, 5)\nunrollWalk(ta, 1)\n"
+                      "gpuDimension(b0, grid.x)\ngpuDimension(b1, block.x)",
+}
+MATRIX = [(s, r) for s in GPU_SCHEDULES for r in REPRESENTATIONS] + \
+    [(s, "sparse") for s in EXTRA.values()]
+
+
+@pytest.mark.parametrize("schedule,representation", MATRIX)
+def test_opencl_matches_reference(opencl, forest, schedule, representation):
+    p = predictor(forest, schedule, representation)
+    rng = np.random.default_rng(1)
+    for n in (0, 1, 63, 65, 200):
+        X = with_nans(rng.normal(size=(n, 3)), 0.1, seed=n)
+        for output in ("margin", "value"):
+            np.testing.assert_allclose(p.predict(X, output=output),
+                                       reference.predict(forest, X, output=output),
+                                       rtol=1e-12, atol=1e-12,
+                                       err_msg=f"{schedule}, {representation}, {n} rows")
+
+
+@pytest.mark.parametrize("schedule,representation", MATRIX)
+def test_cuda_kernels_compile_to_ptx(nvrtc, forest, schedule, representation):
+    program = _program(forest, schedule, representation)
+    ptx = nvrtc(CUDARenderer().render(program))
+    for launch in program.launches:
+        assert f".entry {launch.kernel.name}" in ptx
+
+
+@settings(max_examples=8, deadline=None)
+@given(forest=random_forests(), seed=st.integers(0, 2**32 - 1),
+       schedule=st.sampled_from(GPU_SCHEDULES), representation=st.sampled_from(REPRESENTATIONS))
+def test_random_forests_on_opencl(opencl, forest, seed, schedule, representation):
+    """Every split semantic (operators, missing rules, categories, vector leaves)."""
+    try:
+        p = silvanforge.compile(forest, target="opencl", schedule=schedule,
+                                representation=representation)
+    except UnsupportedModelError:
+        assert representation == "array"
+        return
+    X = probe_rows(forest, seed, 37)
+    for output in ("margin", "value"):
+        np.testing.assert_allclose(p.predict(X, output=output),
+                                   reference.predict(forest, X, output=output),
+                                   rtol=1e-12, atol=1e-12, err_msg=f"{schedule}, {representation}")
+
+
+def test_xgboost_model_on_opencl(opencl):
+    xgb = pytest.importorskip("xgboost")
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(300, 6)).astype(np.float32)
+    y = (X[:, 0] + X[:, 1] * X[:, 2] > 0).astype(int)
+    booster = xgb.train({"max_depth": 4, "objective": "binary:logistic"},
+                        xgb.DMatrix(X, y), num_boost_round=12)
+    p = silvanforge.compile(booster, target="opencl", schedule="gpu_tree_parallel")
+    X = with_nans(X, 0.05)
+    assert_parity(p.predict(X), booster.predict(xgb.DMatrix(X)), "xgboost on opencl")
+
+
+def test_launch_shapes_and_shared_memory(forest):
+    direct = _program(forest, "tahoe_direct", "sparse")
+    assert [launch.block for launch in direct.launches] == [(64, 1, 1)]
+    assert direct.launches[0].grid_size(129) == (3, 1, 1)
+    # A tree loop on grid.y needs its reduction in a second launch (grid-wide order).
+    partial = _program(forest, "tahoe_shared_partial_forest", "sparse")
+    assert len(partial.launches) == 2 and len(partial.scratch) == 1
+    assert partial.launches[0].grid_size(100) == (2, 4, 1)
+    # sharedReduce: the privatized buffer is in shared memory, not a parameter.
+    shared = _program(forest, "gpu_tree_parallel", "sparse")
+    assert shared.scratch == () and shared.launches[0].shared_bytes == 6 * 8 * 8
+    source = OpenCLRenderer().render(shared)
+    assert "__local double result_p0" in source and "barrier(" in source
+    # cache(t0) over the whole forest: the model is copied into shared memory.
+    cached = OpenCLRenderer().render(_program(forest, "tahoe_shared_forest", "sparse"))
+    assert "__local double cached_model_threshold" in cached
+    # cache(batch) at block level: rows are read from the block's copy.
+    rows = OpenCLRenderer().render(_program(forest, "tahoe_shared_data", "sparse"))
+    assert "cached_rows" in rows and "rows[" in rows
+
+
+def test_atomic_reduce_renders_per_language(forest):
+    program = _program(forest, "gpu_atomic", "sparse")
+    assert program.uses_atomics and not program.scratch
+    assert "atom_cmpxchg" in OpenCLRenderer().render(program)
+    assert "atomicAdd(&result[" in CUDARenderer().render(program)
+
+
+def test_lir_interpreter_runs_gpu_launches():
+    """The LIR oracle runs a launch with barriers and shared memory thread by thread."""
+    trees = [stump(feature=k % 2, threshold=0.2 * k, values=(k, 0.5 * k)) for k in range(5)]
+    forest = forest_of(*trees, n_features=2)
+    text = named("gpu_tree_parallel", 5, rows=2, threads=3)
+    program = _program(forest, str(text), "sparse")
+    X = np.array([[0.1, 0.9], [np.nan, 0.3], [0.7, -1.0]], dtype=forest.input_dtype)
+    rep = REGISTRY["sparse"](forest)
+    result = np.zeros((3, 1))
+    args = {"rows": X, "n_rows": 3, "result": result,
+            "tree_output": forest.tree_output.astype(np.int32),
+            **{p.name: np.ascontiguousarray(rep.buffers[p.name], NUMPY_DTYPES[p.dtype])
+               for p in rep.params}}
+    for launch in program.launches:
+        run_launch(launch.kernel, args, launch.grid_size(3), launch.block)
+    np.testing.assert_allclose(reference.finish(forest, result, "margin"),
+                               reference.predict(forest, X, output="margin"), rtol=1e-12)
+
+
+def test_gpu_only_nodes_are_refused_on_cpu():
+    from silvanforge.backends.cpu import compile_kernel
+
+    x = ir.Buffer("x", ir.F64)
+    kernel = ir.Kernel("k", [x], [ir.Store(x, ir.ThreadIndex("x", "thread"),
+                                           ir.Const(1.0, ir.F64))])
+    with pytest.raises(BackendError, match="GPU thread index"):
+        compile_kernel(kernel)
+    with pytest.raises(BackendError, match="barrier"):
+        compile_kernel(ir.Kernel("k", [x], [ir.Barrier()]))
+
+
+@pytest.mark.parametrize("schedule,message", [
+    ("tile(batch, b0, b1, 8)\nparallel(b0)", "CPU directive"),
+    ("gpuDimension(batch, block.x)", "compile-time trip count"),
+    ("tile(tree, t0, t1, 3)\nreorder(t0, batch, t1)\ngpuDimension(t0, grid.x)\n"
+     "gpuDimension(batch, grid.y)\nsharedReduce(t0)", "shared memory belongs to one block"),
+])
+def test_schedules_a_gpu_cannot_run(forest, schedule, message):
+    with pytest.raises(BackendError, match=message):
+        _program(forest, schedule, "sparse")
+
+
+def test_unknown_target_names_the_valid_ones(forest):
+    with pytest.raises(InputError, match="'cuda', 'opencl'"):
+        silvanforge.compile(forest, target="metal")
+
+
+def test_dump_levels(opencl, forest):
+    p = predictor(forest, "tahoe_direct")
+    assert "__kernel void predict_0" in p.dump("opencl")
+    assert "thread.x" in p.dump("lir") and "block.x" in p.dump("mir")
+    with pytest.raises(InputError):
+        p.dump("llvm")
+
+
+@pytest.mark.cuda
+def test_cuda_device(forest):
+    """On an NVIDIA GPU: numpy in → numpy out, CuPy in → CuPy out, same numbers."""
+    try:
+        import cupy as cp
+        cp.cuda.runtime.getDeviceCount()
+    except Exception as exc:  # noqa: BLE001
+        print(f"\nskipped: no CUDA device or CuPy: {exc}")
+        pytest.skip(f"no CUDA device or CuPy: {exc}")
+    rng = np.random.default_rng(2)
+    X = with_nans(rng.normal(size=(300, 3)), 0.1)
+    expected = reference.predict(forest, X)
+    for schedule in GPU_SCHEDULES:
+        p = predictor(forest, schedule, target="cuda")
+        np.testing.assert_allclose(p.predict(X), expected, rtol=1e-12, err_msg=schedule)
+        on_device = p.predict(cp.asarray(X))
+        assert isinstance(on_device, cp.ndarray)
+        np.testing.assert_allclose(on_device.get(), expected, rtol=1e-12, err_msg=schedule)
