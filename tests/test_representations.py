@@ -186,29 +186,32 @@ def small_forest(**model):
     return build_forest([chain, balanced], n_features=2, n_outputs=1, **model)
 
 
-def test_array_layout_is_level_order_per_tree():
+def test_array_layout_is_level_order_per_tree_with_leaves_pushed_down():
     rep = REGISTRY["array"](small_forest())
     b = rep.buffers
     np.testing.assert_array_equal(b["model_tree_start"], [0, 15])  # 2^4 - 1 slots
     assert len(b["model_feature"]) == 15 + 7
     # chain: root 0 → right child at slot 2 → its right at 6 → its right at 14
     np.testing.assert_array_equal(b["model_threshold"][[0, 2, 6]], [0.5, 1.5, 2.5])
-    np.testing.assert_array_equal(b["model_leaf_value"][[1, 5, 13, 14]], [1, 2, 3, 4])
+    # The leaves of depth 1 and 2 (slots 1 and 5) fill the bottom level below them.
+    np.testing.assert_array_equal(b["model_leaf_value"][7:15], [1, 1, 1, 1, 2, 2, 3, 4])
+    assert not b["model_flags"][[1, 5]].any()  # dummy splits in their own slots
     np.testing.assert_array_equal(b["model_leaf_value"][15 + 3:], [10, 20, 30, 40])
+    np.testing.assert_array_equal(b["model_tree_depth"], [3, 2])
 
 
 def test_reorg_stores_slot_s_of_tree_t_at_s_times_n_trees_plus_t():
     forest = small_forest()
     reorg = REGISTRY["reorg"](forest).buffers
     array = REGISTRY["array"](forest).buffers
-    start = array["model_tree_start"]
-    sizes = np.diff(np.append(start, len(array["model_feature"])))
-    for t in range(forest.n_trees):
-        for s in range(sizes[t]):
-            for field in ("model_threshold", "model_feature", "model_flags",
-                          "model_leaf_value"):
-                assert reorg[field][s * 2 + t] == array[field][start[t] + s], (field, t, s)
+    # Tree 0 has the forest's depth: its slots are the array layout's, interleaved.
+    for s in range(15):
+        for field in ("model_threshold", "model_feature", "model_flags", "model_leaf_value"):
+            assert reorg[field][s * 2] == array[field][s], (field, s)
     assert len(reorg["model_feature"]) == 2 * 15  # both trees padded to depth 3
+    # Tree 1 (depth 2) has its leaves pushed one level further, to level 3.
+    np.testing.assert_array_equal(reorg["model_leaf_value"][7 * 2 + 1::2],
+                                  [10, 10, 20, 20, 30, 30, 40, 40])
 
 
 def test_sparse_siblings_are_adjacent_and_leaves_apart():
@@ -276,9 +279,10 @@ def row_value(f: ir.Expr) -> ir.Expr:
 def test_decision_is_specialised_to_what_the_forest_uses(name):
     rep = REGISTRY[name](small_forest())
     e = rep.go_left(ir.i64(0), ir.i64(0), row_value)
-    # isnan(x) ? default : x < t — no flags, no categories
-    assert isinstance(e, ir.Select) and isinstance(e.cond, ir.IsNaN)
-    assert isinstance(e.a, ir.Const) and isinstance(e.b, ir.Cmp) and e.b.op == "lt"
+    # Every node sends NaN right: x < t, which fails for a NaN — no NaN test, no flags,
+    # no categories.
+    assert not small_forest().default_left.any()
+    assert isinstance(e, ir.Cmp) and e.op == "lt"
     assert buffers_read(e) == {"x", "model_feature", "model_threshold"}
     assert "model_cat_bitset" not in rep.buffers
 

@@ -30,6 +30,9 @@ from ..model.forest import Forest
 from ..representations.base import Representation
 from . import ir
 
+# Straight-line code for at most this many steps of a walk group of known depth (32 rows
+# through a depth-8 tree take 256); longer ones loop over the steps.
+MAX_UNROLLED_STEPS = 512
 _INPUT_DTYPES = {np.dtype(np.float32): ir.F32, np.dtype(np.float64): ir.F64}
 
 
@@ -44,7 +47,7 @@ class _Walk:
 
     tree: ir.Expr
     row: ir.Expr
-    node: ir.Var
+    node: ir.Expr
 
 
 @dataclass
@@ -143,6 +146,8 @@ class _Lowering:
         raise TypeError(f"no LIR lowering for MIR op {type(op).__name__}")
 
     def walks_of(self, members: list[mir.WalkMember], unroll: int, peel: int) -> list[ir.Stmt]:
+        if all(self.rep.walk_depth(self.affine(m.tree)) is not None for m in members):
+            return self.fixed_walks(members)
         rep = self.rep
         code: list[ir.Stmt] = []
         states = []
@@ -183,6 +188,69 @@ class _Lowering:
             loop += step(*s, check_leaf=True)
         code.append(ir.While(any_active, loop))
         return code
+
+    def fixed_walks(self, members: list[mir.WalkMember]) -> list[ir.Stmt]:
+        """Walks whose trees keep every leaf at one depth: exactly that many steps, no
+        leaf tests, no branches (unrollWalk and peelWalk have nothing left to do).
+
+        A member past its loop's end walks tree 0 with row 0 instead (both exist whenever
+        the loop runs), so every load stays in bounds without a branch; its reduce is
+        skipped by the reduce's own guard. Members of one tree step together for that
+        tree's depth; members of different trees step to the deepest one, each keeping
+        its node once its own depth is reached (the node's slot is in bounds, so reading
+        its fields again is harmless). Constant depths are unrolled into straight-line
+        code up to :data:`MAX_UNROLLED_STEPS` steps."""
+        rep = self.rep
+        code: list[ir.Stmt] = []
+        states = []
+        for m in members:
+            tree, row = self.affine(m.tree), self.affine(m.row)
+            valid = self.cond(m.valid)
+            if valid is not None:
+                # Clamp only what the condition bounds: members of a row block keep the
+                # block's one tree expression, so its loads are shared.
+                def clamp(stem: str, value: ir.Expr) -> ir.Expr:
+                    return self.local(code, stem, ir.Select(valid, value, ir.i64(0)))
+                if m.valid.value != m.tree:
+                    row = clamp("row", row)
+                if m.valid.value != m.row:
+                    tree = clamp("tree", tree)
+            node = self.local(code, "node", rep.root(tree))
+            depth = rep.walk_depth(tree)
+            self.walks[m.result] = _Walk(tree, row, node)
+            states.append((tree, row, node, depth))
+        depths = [s[3] for s in states]
+        uniform = all(d == depths[0] for d in depths)
+        if not uniform:
+            depths = [d if isinstance(d, ir.Const) else self.local(code, "depth", d)
+                      for d in depths]
+        steps: ir.Expr = depths[0]
+        if not uniform:
+            for d in depths[1:]:
+                steps = ir.BinOp("max", steps, d)
+
+        def step(index: ir.Expr) -> list[ir.Stmt]:
+            body: list[ir.Stmt] = []
+            for (tree, row, node, _), depth in zip(states, depths):
+                moved = rep.child(tree, node, rep.go_left(tree, node, self.feature_loader(row)))
+                if not uniform:
+                    moved = ir.Select(ir.Cmp("lt", index, depth), moved, node)
+                body.append(ir.Assign(node, moved))
+            return body
+
+        if isinstance(steps, ir.Const) and steps.value * len(states) <= MAX_UNROLLED_STEPS:
+            for k in range(int(steps.value)):
+                code += step(ir.i64(k))
+        else:
+            index = ir.Var(self.fresh("step"), ir.I64)
+            code.append(ir.For(index, ir.i64(0), steps, ir.i64(1), step(index)))
+        return code
+
+    def local(self, code: list[ir.Stmt], stem: str, value: ir.Expr) -> ir.Var:
+        """A fresh local variable declared in ``code`` with ``value``."""
+        var = ir.Var(self.fresh(stem), value.dtype)
+        code.append(ir.Declare(var, value))
+        return var
 
     def reduce(self, op: mir.Reduce) -> list[ir.Stmt]:
         walk = self.walks[op.value]

@@ -2,8 +2,15 @@
 
 Tree ``t`` occupies ``2**(depth_t + 1) - 1`` consecutive slots from ``tree_start[t]``; the
 children of local slot ``i`` are at ``2i + 1`` and ``2i + 2``, so moving down needs no
-child pointer. Slots a tree does not use are padding (never reached). A node handle is
-the global slot; leaves are told by the leaf bit of the packed flags.
+child pointer. A node handle is the global slot.
+
+Every leaf is pushed down to the tree's deepest level: a leaf at depth ``k < depth_t``
+leaves a dummy split in its own slot (feature 0, threshold 0) and its value in all
+``2**(depth_t - k)`` slots of the bottom level below it, so whichever way the dummies
+send a row it reaches that value. Every walk of tree ``t`` then takes exactly
+``depth_t`` steps with no leaf test (:meth:`walk_depth`), which is what lets walks be
+unrolled and interleaved without branches. The table size is the same as without the
+push-down: the complete tree had those slots anyway.
 
 Padding grows as ``2**depth``: a forest whose padded slots exceed :data:`MAX_SLOTS`
 (2**24, about 16.8 million slots, some 350 MB of tables) is refused with
@@ -15,6 +22,8 @@ representation.
 """
 
 from __future__ import annotations
+
+from typing import Callable
 
 import numpy as np
 
@@ -47,6 +56,28 @@ def level_positions(forest: Forest) -> np.ndarray:
     return position
 
 
+def pushed_down(forest: Forest, depths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(level-order position, global node) pairs of trees padded to ``depths`` (per tree,
+    at least each tree's own depth): internal nodes at their positions, each leaf at every
+    bottom-level position of its subtree. Positions not listed are dummy splits.
+
+    >>> pushed_down(forest, forest.tree_depths)               # doctest: +SKIP
+    """
+    position = level_positions(forest)
+    tree_of_node = np.repeat(np.arange(forest.n_trees), forest.tree_sizes)
+    internal = np.flatnonzero(~forest.is_leaf)
+    leaf = np.flatnonzero(forest.is_leaf)
+    down = depths[tree_of_node[leaf]].astype(np.int64) - forest.node_depth[leaf]
+    copies = np.left_shift(1, down)
+    # The bottom-level descendants of position p, `down` levels below, are the run
+    # starting at (p + 1) * 2**down - 1.
+    first = (position[leaf] + 1) * copies - 1
+    offsets = np.arange(int(copies.sum())) - np.repeat(np.cumsum(copies) - copies, copies)
+    leaf_positions = np.repeat(first, copies) + offsets
+    return (np.concatenate([position[internal], leaf_positions]),
+            np.concatenate([internal, np.repeat(leaf, copies)]))
+
+
 def check_padded_size(slots: int, layout: str) -> None:
     """Refuse a layout of more than :data:`MAX_SLOTS` slots."""
     if slots > MAX_SLOTS:
@@ -58,6 +89,17 @@ def check_padded_size(slots: int, layout: str) -> None:
 
 class LevelOrderRepresentation(TableRepresentation):
     """Shared by ``array`` and ``reorg``: tables filled from a slot → node map."""
+
+    def _fill_pushed_down(self, depths: np.ndarray,
+                          slot_of: Callable[[np.ndarray, np.ndarray], np.ndarray],
+                          n_slots: int) -> None:
+        """Tables of trees padded to ``depths``; ``slot_of(tree, position)`` places a
+        tree's level-order position among ``n_slots`` slots."""
+        position, nodes = pushed_down(self.forest, depths)
+        tree_of_node = np.repeat(np.arange(self.forest.n_trees), self.forest.tree_sizes)
+        slot_nodes = np.full(n_slots, -1, dtype=np.int64)
+        slot_nodes[slot_of(tree_of_node[nodes], position)] = nodes
+        self._fill(slot_nodes)
 
     def _fill(self, slot_nodes: np.ndarray) -> None:
         self._add(decision.node_arrays(self.forest, self.spec, slot_nodes, leaf_bit=True))
@@ -82,15 +124,21 @@ class ArrayRepresentation(LevelOrderRepresentation):
         sizes = [2 ** (int(d) + 1) - 1 for d in forest.tree_depths]
         check_padded_size(sum(sizes), self.name)
         tree_start = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-        tree_of_node = np.repeat(np.arange(forest.n_trees), forest.tree_sizes)
-        slot_nodes = np.full(int(tree_start[-1]), -1, dtype=np.int64)
-        slot_nodes[tree_start[tree_of_node] + level_positions(forest)] = \
-            np.arange(forest.n_nodes)
-        self._fill(slot_nodes)
+        depths = forest.tree_depths
+        self._fill_pushed_down(depths, lambda tree, position: tree_start[tree] + position,
+                               int(tree_start[-1]))
         self._add({"tree_start": tree_start[:-1]})
+        self._uniform = int(depths[0]) if np.all(depths == depths[0]) else None
+        if self._uniform is None:
+            self._add({"tree_depth": depths.astype(np.int32)})
 
     def root(self, tree: ir.Expr) -> ir.Expr:
         return self._load("tree_start", tree)
+
+    def walk_depth(self, tree: ir.Expr) -> ir.Expr:
+        if self._uniform is not None:
+            return ir.i64(self._uniform)
+        return ir.Cast(self._load("tree_depth", tree), ir.I64)
 
     def child(self, tree: ir.Expr, node: ir.Expr, left: ir.Expr) -> ir.Expr:
         # start + 2 * (node - start) + 1 (+1 for the right child)

@@ -69,6 +69,13 @@ class Representation(ABC):
                    feature_value: FeatureLoader) -> ir.Expr:
         """f64: component ``k`` of leaf ``node``'s value (linear leaves evaluated)."""
 
+    def walk_depth(self, tree: ir.Expr) -> ir.Expr | None:
+        """i64: the number of steps from the root to every leaf of tree ``tree``, when the
+        layout puts all of a tree's leaves at one depth; None when depths vary.
+
+        A walk of known depth needs no leaf tests: it takes exactly that many steps."""
+        return None
+
     def cache_trees(self, start: ir.Expr, stop: ir.Expr) -> list[ir.Stmt]:
         """Statements that bring trees ``start:stop`` close (prefetch on CPUs)."""
         return []

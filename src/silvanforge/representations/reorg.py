@@ -1,6 +1,8 @@
 """The reorg representation (RAPIDS FIL's): level-order trees interleaved slot by slot.
 
-Every tree is padded to the forest's depth ``D`` (``2**(D+1) - 1`` slots each) and
+Every tree is padded to the forest's depth ``D`` (``2**(D+1) - 1`` slots each, leaves
+pushed down to level ``D`` as in the array representation, so every walk takes ``D``
+steps) and
 level-order slot ``s`` of tree ``t`` is stored at ``s * n_trees + t``: the roots of all
 trees first, then all their left children, and so on, so that threads walking different
 trees at the same level read neighbouring memory. A node handle is that global index;
@@ -16,7 +18,7 @@ import numpy as np
 
 from ..lir import ir
 from ..model.forest import Forest
-from .array import LevelOrderRepresentation, check_padded_size, level_positions
+from .array import LevelOrderRepresentation, check_padded_size
 from .base import register
 
 
@@ -31,14 +33,16 @@ class ReorgRepresentation(LevelOrderRepresentation):
         n_trees = forest.n_trees
         per_tree = 2 ** (forest.max_depth + 1) - 1
         check_padded_size(per_tree * n_trees, self.name)
-        tree_of_node = np.repeat(np.arange(n_trees), forest.tree_sizes)
-        slot_nodes = np.full(per_tree * n_trees, -1, dtype=np.int64)
-        slot_nodes[level_positions(forest) * n_trees + tree_of_node] = \
-            np.arange(forest.n_nodes)
-        self._fill(slot_nodes)
+        self._depth = forest.max_depth
+        self._fill_pushed_down(np.full(n_trees, self._depth),
+                               lambda tree, position: position * n_trees + tree,
+                               per_tree * n_trees)
 
     def root(self, tree: ir.Expr) -> ir.Expr:
         return tree
+
+    def walk_depth(self, tree: ir.Expr) -> ir.Expr:
+        return ir.i64(self._depth)
 
     def child(self, tree: ir.Expr, node: ir.Expr, left: ir.Expr) -> ir.Expr:
         n_trees = self.forest.n_trees

@@ -295,13 +295,24 @@ def compile(model: Any, target: str = "cpu", schedule: Any = None,
     ``representation``: "array", "sparse" or "reorg". ``precision``: "float32" or
     "float64" thresholds (default: the model's input precision, which keeps parity).
     ``n_jobs``: threads for parallel loops (default: the CPUs this process may use).
+    ``schedule`` may also be a tuned ``silvanforge.tune.Configuration`` (keywords given
+    here win over its own) or "auto": the tuning cache's configuration for this model,
+    thread count and CPU when there is one, else the default.
 
     >>> import silvanforge
     >>> predictor = silvanforge.compile("model.json", schedule="xgboost", n_jobs=1)  # doctest: +SKIP
     """
     if target != "cpu":
-        raise InputError(f"target {target!r} is not available yet; use target='cpu'")
+        from .gpu import compile_gpu  # imports pyopencl / CuPy only when asked for
+
+        return compile_gpu(model, target, schedule, representation, precision)
     forest = load(model)
+    if (isinstance(schedule, str) and schedule.strip() == "auto") or \
+            hasattr(schedule, "compile_kwargs"):
+        from ..tune import resolve  # tune compiles candidates with this function
+
+        return compile(forest, target, **resolve(forest, schedule, {
+            "representation": representation, "precision": precision, "n_jobs": n_jobs}))
     jobs = _default_jobs() if n_jobs is None else int(n_jobs)
     if jobs < 1:
         raise InputError(f"n_jobs must be at least 1, not {jobs}")
