@@ -73,6 +73,9 @@ def as_rows(X: Any, forest: Any) -> np.ndarray:
 
     An array that already has that dtype and layout is returned as it is, not copied.
     """
+    if type(X) is np.ndarray and X.ndim == 2 and X.dtype == forest.input_dtype \
+            and X.shape[1] == forest.n_features and X.flags.c_contiguous:
+        return X  # the common case, checked first: it is most of a one-row call's cost
     if _is_dataframe(X):
         arr = _frame_to_array(X, forest)
     else:

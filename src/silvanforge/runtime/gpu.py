@@ -144,5 +144,5 @@ def compile_gpu(model: Any, target: str, schedule: Any = None,
     forest = load(model)
     chosen = named(GPU_SCHEDULES[0], forest.n_trees) if schedule is None else \
         _schedule(forest, schedule)
-    return GPUPredictor(forest, target, chosen, _representation(representation),
+    return GPUPredictor(forest, target, chosen, _representation(forest, representation),
                         _precision(forest, precision))
