@@ -2,8 +2,9 @@
 
     python benchmarks/cpu_xgboost.py [MODEL.json] [ROWS.csv]
 
-Defaults to ../shared/models/higgs.json and its test rows. Reports medians of the
-ratio of interleaved runs (the machine is shared and noisy: never one absolute time),
+Defaults to ../shared/models/higgs.json and its test rows. Reports the ratio of the
+medians of interleaved runs (bench.interleaved_medians; the machine is shared and noisy:
+never one absolute time),
 ns per row and per internal node visited, 1- and 2-thread scaling, and compile time.
 """
 
@@ -11,14 +12,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import time
 
 import numpy as np
 
 import silvanforge
-from silvanforge import reference
+from silvanforge import bench, reference
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SHARED = os.path.join(HERE, "..", "..", "shared", "models")
@@ -30,24 +30,21 @@ def _rows(path: str, n_features: int, n: int) -> np.ndarray:
     return np.ascontiguousarray(np.tile(data, (reps, 1))[:n])
 
 
-def _time(fn, repeat: int) -> float:
-    best = float("inf")
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t)
-    return best
+class _Call(bench.Loaded):
+    """A call without arguments as a bench.Loaded, whose ``timer`` bench times."""
+
+    def __init__(self, fn) -> None:
+        self.fn = fn
+
+    def predict(self, X, threads):
+        return self.fn()
 
 
-def _median_ratio(a, b, rounds: int = 15, repeat: int = 3) -> tuple[float, float, float]:
-    """Median over interleaved rounds of time(a)/time(b), and the median times."""
-    ta, tb, ratios = [], [], []
-    for _ in range(rounds):
-        x, y = _time(a, repeat), _time(b, repeat)
-        ta.append(x)
-        tb.append(y)
-        ratios.append(x / y)
-    return statistics.median(ratios), statistics.median(ta), statistics.median(tb)
+def _medians(a, b, rounds: int = 15) -> tuple[float, float, float]:
+    """Time ratio a/b and the median seconds per call of each, over interleaved rounds."""
+    t = bench.interleaved_medians({"a": _Call(a).timer(None, 1),
+                                   "b": _Call(b).timer(None, 1)}, rounds=rounds)
+    return t["a"] / t["b"], t["a"], t["b"]
 
 
 def main(argv=None) -> int:
@@ -77,8 +74,8 @@ def main(argv=None) -> int:
     visited = float(np.mean(forest.node_depth[
         (reference.leaves(forest, X[:512]) + forest.tree_offsets[:-1]).ravel()])) \
         * forest.n_trees
-    ratio, t_sf, t_xgb = _median_ratio(lambda: one.predict(X),
-                                       lambda: booster.inplace_predict(X))
+    ratio, t_sf, t_xgb = _medians(lambda: one.predict(X),
+                                  lambda: booster.inplace_predict(X))
     print(f"model {os.path.basename(args.model)}: {forest.n_trees} trees, compile {compile_s:.2f} s")
     print(f"batch {len(X)}, 1 thread: silvanforge {t_sf / len(X) * 1e9:.0f} ns/row "
           f"({t_sf / len(X) / visited * 1e9:.2f} ns/node visited), xgboost "
@@ -87,11 +84,11 @@ def main(argv=None) -> int:
     big = _rows(args.rows, forest.n_features, args.big_batch)
     two = silvanforge.compile(forest, n_jobs=2, schedule=args.schedule,
                               representation=args.representation)
-    r2, t1, t2 = _median_ratio(lambda: one.predict(big), lambda: two.predict(big), rounds=9)
+    r2, t1, t2 = _medians(lambda: one.predict(big), lambda: two.predict(big), rounds=9)
     booster2 = xgb.Booster(model_file=args.model)
     booster2.set_param({"nthread": 2})
-    x2, _, _ = _median_ratio(lambda: booster.inplace_predict(big),
-                             lambda: booster2.inplace_predict(big), rounds=9)
+    x2, _, _ = _medians(lambda: booster.inplace_predict(big),
+                        lambda: booster2.inplace_predict(big), rounds=9)
     print(f"batch {len(big)}: 1 thread {t1 / len(big) * 1e9:.0f} ns/row, 2 threads "
           f"{t2 / len(big) * 1e9:.0f} ns/row; scaling {r2:.2f}x (xgboost's, same rows: "
           f"{x2:.2f}x)")

@@ -11,8 +11,9 @@ from .errors import (InputError, MissingDependencyError, ModelFormatError,
 from .frontends import load
 from .model import Forest
 from .runtime.predictor import Predictor, compile, load_predictor
+from .tune import Configuration, tune
 
 __version__ = "0.1.0"
 
-__all__ = ["load", "compile", "load_predictor", "Predictor", "Forest", "reference", "SilvanForgeError", "ModelFormatError",
+__all__ = ["load", "compile", "tune", "Configuration", "load_predictor", "Predictor", "Forest", "reference", "SilvanForgeError", "ModelFormatError",
            "UnsupportedModelError", "InputError", "MissingDependencyError", "__version__"]

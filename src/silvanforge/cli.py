@@ -3,6 +3,7 @@
     silvanforge inspect model.json --dump mir --schedule xgboost
     silvanforge compile model.json -o model.sfp
     silvanforge predict model.sfp rows.csv -o scores.csv
+    silvanforge tune model.json rows.csv --batch 1024 --n-jobs 2
 """
 
 from __future__ import annotations
@@ -103,6 +104,25 @@ def _bench(args: argparse.Namespace) -> None:
             json.dump(result, fh, indent=1)
 
 
+def _tune(args: argparse.Namespace) -> None:
+    from .tune import cache, tune  # the function; silvanforge.tune is it too
+
+    rows = _read_rows(args.data, args.header)
+    if args.columns is not None:
+        rows = rows[:, :args.columns]
+    config = tune(args.model, rows, batch_size=args.batch, n_jobs=args.n_jobs,
+                       budget_s=args.budget, exhaustive=args.exhaustive,
+                       use_cache=not args.no_cache, progress=not args.quiet)
+    text = json.dumps(config.to_json(), indent=1)
+    if args.out:
+        with open(args.out, "w") as fh:
+            fh.write(text + "\n")
+    print(text)
+    if not args.no_cache:
+        print(f"cached in {cache.cache_dir()}; compile with --schedule auto",
+              file=sys.stderr)
+
+
 def _compile_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--schedule", help="a named schedule (default, xgboost, "
                    "one_tree_at_a_time, tree_parallel) or a file of schedule text")
@@ -176,6 +196,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--header", action="store_true", help="the CSV has a header line")
     p.add_argument("--json", help="also write the full results to this JSON file")
     p.set_defaults(run=_bench)
+
+    p = commands.add_parser(
+        "tune", help="search for the fastest schedule for a model and batch size",
+        description="Time candidate schedules, representations and thread counts on the "
+                    "rows of DATA at the given batch size (each checked against the "
+                    "reference first), print the fastest configuration as JSON and keep "
+                    "it in the tuning cache, where 'compile --schedule auto' and "
+                    "silvanforge.compile(model, schedule=\"auto\") find it.")
+    p.add_argument("model", help="model file: XGBoost JSON/UBJSON, LightGBM text or ONNX")
+    p.add_argument("data", help="sample rows: a CSV file of numbers (nan = missing) or a "
+                   ".npy array")
+    p.add_argument("--batch", type=int, default=None,
+                   help="rows per predict call to tune for (default: the rows in DATA)")
+    p.add_argument("--n-jobs", type=int, default=None,
+                   help="most threads to use (default: all CPUs)")
+    p.add_argument("--budget", type=float, default=60.0,
+                   help="seconds after which no new candidate is compiled (default: 60)")
+    p.add_argument("--exhaustive", action="store_true",
+                   help="search the whole template, not the heuristic's shortlist")
+    p.add_argument("--no-cache", action="store_true",
+                   help="neither read nor write the tuning cache")
+    p.add_argument("--header", action="store_true", help="the CSV has a header line")
+    p.add_argument("--columns", type=int, default=None,
+                   help="use only the first N columns (e.g. to drop a label column)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("-o", "--out", help="also write the configuration's JSON to this file")
+    p.set_defaults(run=_tune)
 
     args = parser.parse_args(argv)
     try:

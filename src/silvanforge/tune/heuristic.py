@@ -1,0 +1,127 @@
+"""Pruning rules for the CPU template: a two-stage search in the manner of seed 002 §9.
+
+Algorithm 1 of the seed picks thread-block shapes from the batch size and feature count,
+evaluates those with every representation, then tries one more option (shared-memory
+reduction) on the best three. The CPU search here has the same shape:
+
+1. :func:`shortlist`: the loop order and block size the batch size calls for, with each
+   representation the trees' shape calls for, walks interleaved and not unrolled, one
+   thread per 128 rows;
+2. :func:`refinements`: on the ``KEEP`` fastest of the shortlist, one axis at a time:
+   smaller row blocks, interleaving toggled (small batches only), and the thread counts
+   1 and ``n_jobs`` (free: a thread count needs no compile).
+
+The evidence for every rule (exhaustive searches of three 100-tree models at batch 16
+and 1024, 2 threads) is in docs/TUNING.md; each constant below says which rule it is.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from ..model.forest import Forest
+from ..runtime.predictor import MIN_ROWS_PER_THREAD, SMALL_BATCH, _representation
+from . import space
+
+# Leaders of the shortlist that the second stage refines (the seed keeps 3; on CPUs one
+# keeps the search within 5% of the exhaustive one's time).
+KEEP = 1
+# Batches of at most this many rows interleave each row's walks through a tile of
+# TREE_TILE trees (the predictor's own measurement: one higgs row 3.0 µs this way
+# against 10.4 µs in row blocks, equal at 8 rows); larger ones take row blocks.
+TREE_TILE = 16
+# The first stage's row block is at most this many rows (fewer for smaller batches);
+# the second tries 8 rows and half the block. At batch 1024 the best block was 16, 8 and
+# 64 rows on the three models, the others within 15% of it on two of them; 128 rows
+# cannot be interleaved (more than 64 walks).
+MAX_BLOCK = 32
+REFINE_BLOCK = 8
+# Code-emitting representations take blocks of this many rows and no other: it was the
+# best block at batch 16 and 1024 on nyc-taxi, and a code kernel takes 3-20 s to compile.
+CODE_BLOCK = 16
+# From this many rows a call, walks are always interleaved (not interleaving cost
+# 1.32-1.83x at batch 1024 on all three models); below, the second stage tries both.
+ALWAYS_INTERLEAVE = 128
+# The layouts that pad each tree to a complete binary tree.
+PADDED = ("array", "reorg")
+# Walk unrolling and peeling are not searched: the best point with one was within 5%
+# of the best without on every model and batch, less than the timing noise.
+
+
+def threads_for(batch: int, n_jobs: int) -> int:
+    """One thread per ``MIN_ROWS_PER_THREAD`` rows, at most ``n_jobs`` (the predictor's
+    own measurement: a thread with fewer rows costs more to wake than it saves).
+
+    >>> threads_for(1024, 2), threads_for(64, 4), threads_for(4096, 4)
+    (2, 1, 4)
+    """
+    return max(1, min(n_jobs, batch // MIN_ROWS_PER_THREAD))
+
+
+def block_for(batch: int) -> int:
+    """The first stage's row block: the largest power of two up to the batch, between 8
+    and ``MAX_BLOCK`` (a block larger than the batch only adds remainder tests).
+
+    >>> block_for(1), block_for(16), block_for(20), block_for(1024)
+    (8, 16, 16, 32)
+    """
+    return max(8, min(MAX_BLOCK, 1 << (max(batch, 1).bit_length() - 1)))
+
+
+def representations(forest: Forest) -> list[str]:
+    """The representations the first stage tries, by the trees' shape.
+
+    Near-complete trees (those ``compile`` gives the padded array layout by default)
+    take the padded layouts that walk them in exactly their depth (array, reorg);
+    skewed trees take the compact table and the code-emitting representations (at
+    batch 16: reorg 1.00, array 1.15-1.22, sparse 1.18-1.40 of the best on higgs and the
+    random forest; sparse 1.00, array 1.41, reorg 2.62 on LightGBM's skewed trees).
+    """
+    names = space.option_axes()[0].values
+    compact = _representation(forest, None) == "array"
+    chosen = [r for r in names
+              if (r in PADDED) == compact and not (compact and space.emits_code(r))]
+    return chosen or list(names)  # a registry without the layouts the rule names
+
+
+def _values(order: str, axis: str) -> tuple:
+    return next(a.values for a in space.ORDERS[order] if a.name == axis)
+
+
+def _block(order: str, batch: int) -> int:
+    """The block of ``order``'s space nearest to :func:`block_for` (smaller on ties)."""
+    return min(_values(order, "block"), key=lambda b: (abs(b - block_for(batch)), b))
+
+
+def shortlist(forest: Forest, batch: int, n_jobs: int) -> list[dict[str, Any]]:
+    """The first stage's points for ``batch`` rows a call and up to ``n_jobs`` threads."""
+    walks = {"interleave": True, "walk": space.WALKS[0]}
+    out = []
+    for rep in representations(forest):
+        if space.emits_code(rep):
+            order, extra = "unrolled_trees", {"block": CODE_BLOCK}
+        elif batch <= SMALL_BATCH:
+            order = "tree_tiles"
+            extra = {"block": _block(order, batch), "tree_tile": TREE_TILE, **walks}
+        else:
+            order = "row_blocks"
+            extra = {"block": _block(order, batch), **walks}
+        out.append({"order": order, **extra, "threads": threads_for(batch, n_jobs),
+                    "representation": rep})
+    return out
+
+
+def refinements(leaders: Sequence[dict[str, Any]], forest: Forest, batch: int,
+                n_jobs: int) -> list[dict[str, Any]]:
+    """The second stage's points: each leader with one axis changed."""
+    out: list[dict[str, Any]] = []
+    for p in leaders:
+        if p["order"] == "row_blocks":
+            out += [{**p, "block": b} for b in sorted({REFINE_BLOCK, p["block"] // 2})
+                    if b < p["block"] and b in _values(p["order"], "block")]
+        if p["order"] == "tree_tiles":
+            out.append({**p, "tree_tile": p["tree_tile"] // 2})
+        if "interleave" in p and batch < ALWAYS_INTERLEAVE:
+            out.append({**p, "interleave": not p["interleave"]})
+        out += [{**p, "threads": t} for t in sorted({1, n_jobs}) if t != p["threads"]]
+    return [p for i, p in enumerate(out) if p not in out[:i] and p not in leaders]

@@ -1,0 +1,138 @@
+"""The CPU schedule template: its axes as plain data, and the candidates they span.
+
+A *point* is a dict from axis name to value. Each loop order uses only some axes
+(``ORDERS``); the others are left out of its points, so no two points differ only in an
+axis that changes nothing. :func:`render` turns a point into schedule text plus compile
+keywords; axes marked ``option`` are compile keywords (``representation`` today; a new
+compile option such as ``tile_size`` is one more option axis here and one more rule in
+:mod:`.heuristic`).
+
+The loop orders (T trees, B rows per block, k trees per tile, c = threads chunks):
+
+- ``row_blocks``: ``tile(batch, b0, b1, B); reorder(b0, tree, b1); parallel(b0)``, the
+  walks of a block's rows through one tree innermost (interleaved across rows);
+- ``tree_tiles``: ``tile(batch, b0, b1, B); tile(tree, t0, t1, k); parallel(b0)``, each
+  row's walks through k trees innermost (interleaved across trees: few rows, many trees);
+- ``tree_chunks``: ``tile(tree, t0, t1, ceil(T/c)); tile(batch, b0, b1, B);
+  reorder(t0, b0, t1, b1); parallel(t0)``: chunks of trees in parallel, each into a
+  private copy of the result (only with two threads or more);
+- ``unrolled_trees``: ``tile(batch, b0, b1, B); reorder(b0, b1, tree); unroll(tree);
+  parallel(b0)``: each row through every tree, the tree loop unrolled (constant tree
+  indices), for representations that emit trees as code (``walk_code``), which need
+  it; table layouts take the other three orders.
+
+>>> [p["order"] for p in points(n_trees=10, n_jobs=2)][:1]
+['row_blocks']
+>>> render({"order": "row_blocks", "block": 32, "interleave": True, "walk": ("", 0),
+...         "threads": 1, "representation": "sparse"}, n_trees=10)[0].splitlines()
+['tile(batch, b0, b1, 32)', 'reorder(b0, tree, b1)', 'interleave(b1)', 'parallel(b0)']
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Any
+
+from ..representations import REGISTRY, Representation
+
+
+@dataclass(frozen=True)
+class Axis:
+    """One tunable choice: its name, the values the exhaustive space takes, and whether
+    it is a ``compile()`` keyword (``option``) rather than part of the schedule text."""
+
+    name: str
+    values: tuple
+    option: bool = False
+
+
+# Walk directives on the innermost loop: ("", 0) is none. Peeling deeper than the
+# shallowest leaf is refused by the compiler (a ScheduleError: the point is skipped).
+WALKS = (("", 0), ("unrollWalk", 2), ("unrollWalk", 4), ("peelWalk", 2))
+
+# Which schedule axes each loop order uses, with the values its exhaustive space takes.
+# Interleaving more than 64 walks is refused by the compiler (the point is skipped).
+ORDERS: dict[str, tuple[Axis, ...]] = {
+    "row_blocks": (Axis("block", (8, 16, 32, 64, 128)), Axis("interleave", (False, True)),
+                   Axis("walk", WALKS)),
+    "tree_tiles": (Axis("block", (32,)), Axis("tree_tile", (4, 8, 16)),
+                   Axis("interleave", (False, True)), Axis("walk", WALKS)),
+    "tree_chunks": (Axis("block", (8, 32, 64)), Axis("interleave", (False, True)),
+                    Axis("walk", WALKS)),
+    "unrolled_trees": (Axis("block", (16, 32)),),
+}
+CODE_ORDERS = ("unrolled_trees",)
+
+
+def thread_counts(n_jobs: int) -> tuple[int, ...]:
+    """1, the powers of two below ``n_jobs``, and ``n_jobs``.
+
+    >>> thread_counts(6)
+    (1, 2, 4, 6)
+    """
+    counts = {1, n_jobs} | {1 << i for i in range(n_jobs.bit_length()) if 1 << i < n_jobs}
+    return tuple(sorted(counts))
+
+
+def emits_code(representation: str) -> bool:
+    """Whether a representation walks trees as code (and so needs constant tree indices).
+
+    >>> emits_code("sparse")
+    False
+    """
+    return REGISTRY[representation].walk_code is not Representation.walk_code
+
+
+def option_axes(order: str | None = None) -> tuple[Axis, ...]:
+    """The compile-keyword axes (of one loop order: code-emitting representations go with
+    the orders in ``CODE_ORDERS`` only). Representations are read from the registry when
+    asked, so plug-ins registered later are searched too."""
+    names = sorted(REGISTRY)
+    if order is not None:
+        names = [r for r in names if emits_code(r) == (order in CODE_ORDERS)]
+    return (Axis("representation", tuple(names), option=True),)
+
+
+def points(n_trees: int, n_jobs: int) -> list[dict[str, Any]]:
+    """Every point of the exhaustive space for a forest of ``n_trees`` trees."""
+    out = []
+    for order, axes in ORDERS.items():
+        options = option_axes(order)
+        threads = [t for t in thread_counts(n_jobs) if order != "tree_chunks" or
+                   1 < t <= n_trees]
+        for values in itertools.product(*(a.values for a in axes), threads,
+                                        *(a.values for a in options)):
+            names = [a.name for a in axes] + ["threads"] + [a.name for a in options]
+            out.append({"order": order, **dict(zip(names, values))})
+    return out
+
+
+def _walk_lines(point: dict[str, Any], loop: str) -> list[str]:
+    lines = [f"interleave({loop})"] if point.get("interleave") else []
+    directive, depth = point.get("walk", WALKS[0])
+    return lines + ([f"{directive}({loop}, {depth})"] if directive else [])
+
+
+def render(point: dict[str, Any], n_trees: int) -> tuple[str, dict[str, Any]]:
+    """The schedule text of ``point`` and its compile keywords (the option axes).
+
+    The point's thread count is not among the keywords: one compiled kernel serves every
+    thread count (it is a ``predict`` argument); the tuner sets ``n_jobs`` from it.
+    """
+    order, block = point["order"], point["block"]
+    if order == "row_blocks":
+        lines = [f"tile(batch, b0, b1, {block})", "reorder(b0, tree, b1)",
+                 *_walk_lines(point, "b1"), "parallel(b0)"]
+    elif order == "tree_tiles":
+        lines = [f"tile(batch, b0, b1, {block})",
+                 f"tile(tree, t0, t1, {min(point['tree_tile'], n_trees)})",
+                 *_walk_lines(point, "t1"), "parallel(b0)"]
+    elif order == "unrolled_trees":
+        lines = [f"tile(batch, b0, b1, {block})", "reorder(b0, b1, tree)", "unroll(tree)",
+                 "parallel(b0)"]
+    else:
+        chunk = -(-n_trees // point["threads"])
+        lines = [f"tile(tree, t0, t1, {chunk})", f"tile(batch, b0, b1, {block})",
+                 "reorder(t0, b0, t1, b1)", *_walk_lines(point, "b1"), "parallel(t0)"]
+    return "\n".join(lines), {a.name: point[a.name] for a in option_axes()}

@@ -1,0 +1,230 @@
+"""The autotuner: exact results, the gate, the cache and its keys, "auto", the CLI."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import numpy as np
+import pytest
+
+import silvanforge
+from silvanforge import reference
+from silvanforge.cli import main
+from silvanforge.errors import SilvanForgeWarning
+from silvanforge.representations import REGISTRY
+from silvanforge.tune import Configuration, cache, explore, heuristic, space
+
+from util import with_nans
+
+BUDGET_S = 3.0
+
+
+@pytest.fixture(autouse=True)
+def cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("SILVANFORGE_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def _rows(n_features: int, n: int = 300, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return with_nans(rng.normal(size=(n, n_features)), 0.1, seed)
+
+
+def _xgboost():
+    xgb = pytest.importorskip("xgboost")
+    X = _rows(5)
+    y = np.nan_to_num(X[:, 0]) + np.nan_to_num(X[:, 1]) > 0
+    return xgb.train({"max_depth": 3, "objective": "binary:logistic", "nthread": 1},
+                     xgb.DMatrix(X, label=y), num_boost_round=8), X
+
+
+def _lightgbm():
+    lgb = pytest.importorskip("lightgbm")
+    X = _rows(4)
+    y = np.nan_to_num(X[:, 0]) * 2 - np.nan_to_num(X[:, 2])
+    return lgb.train({"num_leaves": 7, "verbose": -1, "num_threads": 1},
+                     lgb.Dataset(X, y), num_boost_round=6), X
+
+
+def _random_forest():
+    ensemble = pytest.importorskip("sklearn.ensemble")
+    X = _rows(6)
+    y = np.nan_to_num(X[:, 0]) > np.nan_to_num(X[:, 3])
+    return ensemble.RandomForestClassifier(n_estimators=5, max_depth=4, random_state=0) \
+        .fit(np.nan_to_num(X), y), X
+
+
+MODELS = {"xgboost": _xgboost, "lightgbm": _lightgbm, "random_forest": _random_forest}
+
+
+@pytest.fixture(scope="module")
+def xgb_model():
+    return _xgboost()
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_tuned_configuration_is_exact(name):
+    model, X = MODELS[name]()
+    forest = silvanforge.load(model)
+    config = silvanforge.tune(forest, X, batch_size=64, n_jobs=2, budget_s=BUDGET_S,
+                              progress=False)
+    assert config.representation in REGISTRY and 1 <= config.n_jobs <= 2
+    assert config.seconds > 0 and config.batch_size == 64 and config.search == "guided"
+    expected = reference.predict(forest, X)
+    for predictor in (silvanforge.compile(forest, schedule=config),
+                      silvanforge.compile(forest, **config.compile_kwargs())):
+        np.testing.assert_allclose(predictor.predict(X), expected, rtol=1e-12, atol=1e-12)
+        assert str(predictor.schedule) == config.schedule
+        assert predictor.options.n_jobs == config.n_jobs
+
+
+def test_configuration_round_trips_json_and_compiles(xgb_model):
+    model, X = xgb_model
+    config = silvanforge.tune(model, X, batch_size=16, n_jobs=1, budget_s=BUDGET_S,
+                              use_cache=False, progress=False)
+    again = Configuration.from_json(json.loads(json.dumps(config.to_json())))
+    assert again == config
+    np.testing.assert_allclose(silvanforge.compile(model, schedule=again).predict(X),
+                               reference.predict(silvanforge.load(model), X), rtol=1e-12)
+
+
+def test_explicit_keywords_win_over_the_configuration(xgb_model):
+    model, _ = xgb_model
+    config = Configuration("reorder(tree, batch)", "sparse", 2)
+    predictor = silvanforge.compile(model, schedule=config, representation="array",
+                                    n_jobs=1)
+    assert predictor.options.representation == "array" and predictor.options.n_jobs == 1
+    assert str(predictor.schedule) == "reorder(tree, batch)"
+
+
+def test_every_point_of_the_space_renders_a_schedule_or_is_refused():
+    forest = silvanforge.load(_xgboost()[0])
+    points = space.points(forest.n_trees, n_jobs=2)
+    assert {p["representation"] for p in points} == set(REGISTRY)
+    assert {p["order"] for p in points} == set(space.ORDERS)
+    assert all(p["threads"] == 2 for p in points if p["order"] == "tree_chunks")
+    texts = {space.render(p, forest.n_trees)[0] for p in points}
+    assert len(texts) > 50
+
+
+def test_heuristic_points_lie_in_the_space():
+    forest = silvanforge.load(_xgboost()[0])
+    every = space.points(forest.n_trees, n_jobs=4)
+    for batch in (1, 8, 64, 1024, 65536):
+        short = heuristic.shortlist(forest, batch, n_jobs=4)
+        assert short and all(p in every for p in short)
+        more = heuristic.refinements(short[:heuristic.KEEP], forest, batch, n_jobs=4)
+        assert all(p in every for p in more)
+
+
+def test_exhaustive_search_finds_an_exact_configuration(xgb_model):
+    model, X = xgb_model
+    config = silvanforge.tune(model, X, batch_size=32, n_jobs=1, budget_s=BUDGET_S,
+                              exhaustive=True, use_cache=False, progress=False)
+    assert config.search == "exhaustive"
+    np.testing.assert_allclose(silvanforge.compile(model, schedule=config).predict(X),
+                               reference.predict(silvanforge.load(model), X), rtol=1e-12)
+
+
+def test_a_wrong_candidate_is_discarded_not_timed(xgb_model):
+    model, X = xgb_model
+    forest = silvanforge.load(model)
+    ev = explore.Evaluator(forest, X[:32])
+    ev.expected = ev.expected + 1e-3  # as if every kernel computed something else
+    points = heuristic.shortlist(forest, 32, n_jobs=1)
+    with pytest.warns(SilvanForgeWarning, match="discarded a wrong configuration"):
+        results = ev.run(points)
+    assert results and all(r.seconds is None for r in results)
+    assert ev.rejected and all("MISMATCH" in r.error for r in ev.rejected)
+
+
+def test_cache_round_trips_and_keys_on_model_and_cpu(xgb_model, cache_dir, monkeypatch):
+    model, X = xgb_model
+    forest = silvanforge.load(model)
+    config = silvanforge.tune(forest, X, batch_size=16, n_jobs=1, budget_s=BUDGET_S,
+                              progress=False)
+    assert (cache_dir / cache.FILE_NAME).exists()
+    key = cache.cache_key(forest, 16, 1)
+    assert Configuration.from_json(cache.lookup(key)) == config
+    # The second call is answered from the cache: no search runs.
+    monkeypatch.setattr(explore, "guided", lambda *a: pytest.fail("searched again"))
+    assert silvanforge.tune(forest, X, batch_size=16, n_jobs=1, progress=False) == config
+    # Another batch size, thread count, model or CPU misses.
+    assert cache.lookup(cache.cache_key(forest, 32, 1)) is None
+    assert cache.lookup(cache.cache_key(forest, 16, 2)) is None
+    other = silvanforge.load(_lightgbm()[0])
+    assert cache.lookup(cache.cache_key(other, 16, 1)) is None
+    monkeypatch.setattr(cache, "cpu_id", lambda: "some-other-cpu +avx512f")
+    assert cache.lookup(cache.cache_key(forest, 16, 1)) is None
+
+
+def test_model_hash_sees_any_change_to_the_forest(xgb_model):
+    forest = silvanforge.load(xgb_model[0])
+    threshold = forest.threshold.copy()
+    threshold[np.flatnonzero(~forest.is_leaf)[0]] += 1e-3
+    changed = silvanforge.load(xgb_model[0])
+    object.__setattr__(changed, "threshold", threshold)
+    assert cache.model_hash(forest) == cache.model_hash(silvanforge.load(xgb_model[0]))
+    assert cache.model_hash(forest) != cache.model_hash(changed)
+
+
+def test_a_damaged_cache_file_is_a_miss(xgb_model, cache_dir):
+    cache_dir.mkdir()
+    (cache_dir / cache.FILE_NAME).write_text("{not json")
+    forest = silvanforge.load(xgb_model[0])
+    assert cache.lookup(cache.cache_key(forest, 16, 1)) is None
+    cache.store(cache.cache_key(forest, 16, 1), {"schedule": "x"})
+    assert cache.lookup(cache.cache_key(forest, 16, 1)) == {"schedule": "x"}
+
+
+def test_auto_uses_the_cache_entry_else_the_default(xgb_model):
+    model, X = xgb_model
+    forest = silvanforge.load(model)
+    default = silvanforge.compile(forest, schedule="auto", n_jobs=2)
+    assert default.options == silvanforge.compile(forest, n_jobs=2).options
+    tuned = Configuration("tile(batch, b0, b1, 8)\nparallel(b0)", "array", 1)
+    cache.store(cache.cache_key(forest, 100, 2), tuned.to_json())
+    predictor = silvanforge.compile(forest, schedule="auto", n_jobs=2)
+    assert predictor.options.schedule == tuned.schedule
+    assert predictor.options.representation == "array" and predictor.options.n_jobs == 1
+    np.testing.assert_allclose(predictor.predict(X), reference.predict(forest, X),
+                               rtol=1e-12)
+    # Entries for other thread counts are not used.
+    assert silvanforge.compile(forest, schedule="auto", n_jobs=1).options.small_schedule
+
+
+def test_cli_tune_writes_the_cache_and_compile_auto_uses_it(xgb_model, tmp_path, capsys):
+    model, X = xgb_model
+    path, data = tmp_path / "m.json", tmp_path / "rows.csv"
+    model.save_model(str(path))
+    np.savetxt(data, X[:40], delimiter=",")
+    assert main(["tune", str(path), str(data), "--n-jobs", "1", "--budget", "2",
+                 "--quiet", "-o", str(tmp_path / "c.json")]) == 0
+    config = Configuration.from_json(json.loads(capsys.readouterr().out))
+    assert config.batch_size == 40
+    assert Configuration.from_json(json.loads((tmp_path / "c.json").read_text())) == config
+    assert main(["compile", str(path), "-o", str(tmp_path / "m.sfp"), "--schedule", "auto",
+                 "--n-jobs", "1"]) == 0
+    saved = silvanforge.load_predictor(tmp_path / "m.sfp")
+    assert saved.options.schedule == config.schedule
+
+
+def test_cli_tune_help(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["tune", "--help"])
+    assert exit_.value.code == 0
+    assert "--budget" in capsys.readouterr().out
+
+
+def test_tune_rejects_bad_arguments(xgb_model):
+    model, X = xgb_model
+    with pytest.raises(silvanforge.InputError):
+        silvanforge.tune(model, X[:0], progress=False)
+    with pytest.raises(silvanforge.InputError):
+        silvanforge.tune(model, X, n_jobs=0, progress=False)
+    with pytest.raises(silvanforge.InputError):
+        silvanforge.tune(model, X, target="gpu", progress=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert silvanforge.compile(model, schedule=" auto ", n_jobs=1)
