@@ -142,6 +142,12 @@ def compile_gpu(model: Any, target: str, schedule: Any = None,
         raise InputError(f"unknown target {target!r}; choose from 'cpu', "
                          + ", ".join(repr(t) for t in TARGETS))
     forest = load(model)
+    if (isinstance(schedule, str) and schedule.strip() == "auto") or \
+            hasattr(schedule, "compile_kwargs"):
+        from ..tune.gpu import resolve  # the tuning cache, else Algorithm 1's choice
+
+        schedule, tuned = resolve(forest, target, schedule)
+        representation = representation or tuned
     chosen = named(GPU_SCHEDULES[0], forest.n_trees) if schedule is None else \
         _schedule(forest, schedule)
     return GPUPredictor(forest, target, chosen, _representation(forest, representation),
