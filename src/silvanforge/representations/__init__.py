@@ -2,10 +2,10 @@
 
 >>> from silvanforge.representations import REGISTRY
 >>> sorted(REGISTRY)
-['array', 'reorg', 'sparse']
+['array', 'code', 'reorg', 'sparse']
 """
 
-from . import array, reorg, sparse  # noqa: F401  (importing registers them)
+from . import array, code, reorg, sparse  # noqa: F401  (importing registers them)
 from .base import REGISTRY, Representation, register
 
 __all__ = ["REGISTRY", "Representation", "register"]

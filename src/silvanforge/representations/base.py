@@ -76,6 +76,13 @@ class Representation(ABC):
         A walk of known depth needs no leaf tests: it takes exactly that many steps."""
         return None
 
+    def walk_code(self, tree: ir.Expr, node: ir.Var,
+                  feature_value: FeatureLoader) -> list[ir.Stmt] | None:
+        """Statements that walk tree ``tree`` as code and leave the reached leaf's handle
+        in ``node``, for a representation that emits trees as code; None (the default)
+        for layouts walked step by step through :meth:`go_left` and :meth:`child`."""
+        return None
+
     def cache_trees(self, start: ir.Expr, stop: ir.Expr) -> list[ir.Stmt]:
         """Statements that bring trees ``start:stop`` close (prefetch on CPUs)."""
         return []

@@ -7,7 +7,9 @@ thread runs; ``data`` points to a struct, on the caller's stack, of the loop bou
 scalar and buffer the body reads from outside, and a counter from which the threads claim
 contiguous chunks of iterations (dynamic scheduling: a thread slowed by another process
 on its core takes fewer chunks, where static halves would wait for it). Nothing is
-written to globals, so the generated code is re-entrant.
+written to globals, so the generated code is re-entrant. A block too large for LLVM to
+optimise quickly (trees emitted as code) is rendered as calls to internal functions of
+bounded size (:mod:`.outline`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import llvmlite.ir as ll
 
 from ...errors import BackendError
 from ...lir import ir
+from . import outline
 from .freevars import FreeValues, free_values
 
 _LL_TYPES = {ir.BOOL: ll.IntType(1), ir.I8: ll.IntType(8), ir.I32: ll.IntType(32),
@@ -88,8 +91,10 @@ def render_module(kernel: ir.Kernel, *, openmp: bool = True) -> ll.Module:
 class _FunctionBuilder:
     """Emits LIR statements into one LLVM function."""
 
-    def __init__(self, module: ll.Module, fn: ll.Function, openmp: bool):
+    def __init__(self, module: ll.Module, fn: ll.Function, openmp: bool,
+                 size: outline.Sizer | None = None):
         self.module, self.fn, self.openmp = module, fn, openmp
+        self.size = size or outline.Sizer()  # blocks over its budget become functions
         entry = fn.append_basic_block("entry")
         self.allocas = ll.IRBuilder(entry)  # slots go here so mem2reg can promote them
         self.start = fn.append_basic_block("start")
@@ -118,9 +123,35 @@ class _FunctionBuilder:
 
     def block(self, stmts: list[ir.Stmt]) -> None:
         self.scopes.append({})
-        for s in stmts:
-            getattr(self, "_s_" + type(s).__name__)(s)
+        for piece in outline.pieces(stmts, self.size):
+            if piece.free is not None:
+                self._outlined(piece.stmts, piece.free)
+                continue
+            for s in piece.stmts:
+                getattr(self, "_s_" + type(s).__name__)(s)
         self.scopes.pop()
+
+    def _outlined(self, stmts: list[ir.Stmt], free: FreeValues) -> None:
+        """Render ``stmts`` as an internal function of their ``free`` values; call it."""
+        args = [self.b.load(self.lookup("var", v.name)) for v in free.vars]
+        args += [self.lookup("buffer", buf.name) for buf in free.buffers]
+        fn = ll.Function(self.module, ll.FunctionType(_VOID, [a.type for a in args]),
+                         self.module.get_unique_name(f"{self.fn.name}.part"))
+        fn.linkage = "internal"
+        fn.attributes.add("noinline")  # the point: LLVM optimises each piece alone
+        body = _FunctionBuilder(self.module, fn, self.openmp, self.size)
+        for var, arg in zip(free.vars, fn.args):
+            body.declare(var, arg)
+        for buf, arg in zip(free.buffers, fn.args[len(free.vars):]):
+            body.bind_buffer(buf, arg)
+            if buf.readonly:
+                # Nothing writes a read-only buffer while the kernel runs (the rows, the
+                # model): stores to the others then keep its loaded values live (10%
+                # faster on trees as code, whose values are otherwise reloaded per tree).
+                arg.add_attribute("noalias")
+        body.block(stmts)
+        body.finish()
+        self.b.call(fn, args)
 
     def function(self, name: str, fnty: ll.FunctionType) -> ll.Function:
         """The module's declaration of ``name``, added on first use."""

@@ -1,0 +1,188 @@
+"""The code representation (trees as branches, thresholds as immediates) and the CPU
+backend's outlining of large blocks into functions.
+
+Compiled code predictors must equal the reference exactly on random forests using every
+operator, missing rule, category rule, vector and linear leaves, at both precisions, on
+rows of thresholds, NaNs and odd categories; and trained LightGBM / XGBoost models. A
+schedule that leaves a tree index unknown at compile time is refused. Big forests are
+split into several functions, and outlining keeps every schedule of every
+representation exact however small the pieces.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import silvanforge
+from silvanforge import reference
+from silvanforge.backends.cpu import outline
+from silvanforge.errors import ScheduleError
+from silvanforge.lir import ir
+from silvanforge.model.builder import Tree, build_forest
+from silvanforge.representations import REGISTRY
+
+from test_compile import schedules
+from test_forest import random_forests
+from test_gpu import opencl  # noqa: F401  (the fixture: an OpenCL device, or a skip)
+from test_representations import forests, random_rows
+from util import assert_parity, probe_rows, with_nans
+
+# Schedules with constant tree indices, as the code representation needs.
+CODE_SCHEDULES = {
+    "code_rows": "code_rows",
+    "row by row": "unroll(tree)",
+    "tree by tree": "reorder(tree, batch)\nunroll(tree)",
+    "interleaved rows": "tile(batch, b0, b1, 4)\nreorder(b0, tree, b1)\nunroll(tree)\n"
+                        "interleave(b1)\nparallel(b0)",
+    "specialized": "tile(batch, b0, b1, 3)\nreorder(b0, tree, b1)\nspecialize(tree)\n"
+                   "parallel(b0)",
+}
+
+
+def check(predictor, forest, X) -> None:
+    for output in ("margin", "value"):
+        np.testing.assert_allclose(predictor.predict(X, output=output),
+                                   reference.predict(forest, X, output=output),
+                                   rtol=1e-12, atol=1e-12, err_msg=output)
+
+
+@settings(max_examples=30, deadline=None)
+@given(forest=forests(), seed=st.integers(0, 2**32 - 1),
+       which=st.sampled_from(sorted(CODE_SCHEDULES)), n_jobs=st.sampled_from([1, 2]))
+def test_code_equals_reference(forest, seed, which, n_jobs):
+    rows = random_rows(forest, seed, 23)
+    for precision in ("float64", "float32"):
+        if precision == "float32" and forest.input_dtype != np.float32:
+            continue
+        predictor = silvanforge.compile(forest, schedule=CODE_SCHEDULES[which],
+                                        representation="code", precision=precision,
+                                        n_jobs=n_jobs)
+        check(predictor, forest, rows.astype(forest.input_dtype))
+
+
+@settings(max_examples=15, deadline=None)
+@given(forest=random_forests(), seed=st.integers(0, 2**32 - 1))
+def test_default_code_schedule_equals_reference(forest, seed):
+    predictor = silvanforge.compile(forest, representation="code", n_jobs=2)
+    assert predictor.options.small_schedule is None
+    assert "unroll(t1)" in str(predictor.schedule)
+    for n in (1, 64, 65, 150):
+        check(predictor, forest, probe_rows(forest, seed, n))
+
+
+def test_a_tree_index_unknown_at_compile_time_is_refused():
+    forest = build_forest([Tree(left=[1, -1, -1], right=[2, -1, -1], feature=[0, 0, 0],
+                                threshold=[0.5, 0, 0], leaf_value=[0, 1, 2])] * 4,
+                          n_features=1, n_outputs=1)
+    for schedule in ("default", "one_tree_at_a_time", "tile(tree, t0, t1, 2)\nunroll(t1)"):
+        with pytest.raises(ScheduleError, match="constant tree indices: unroll or "
+                                                "specialize the tree loop"):
+            silvanforge.compile(forest, schedule=schedule, representation="code")
+
+
+def _big_forest(n_trees: int = 120, seed: int = 0):
+    """LightGBM-like skewed trees of 15 leaves (29 nodes) on 5 features."""
+    rng = np.random.default_rng(seed)
+    trees = []
+    for _ in range(n_trees):
+        left, right = [-1], [-1]
+        for _ in range(14):
+            leaf = int(rng.choice([i for i in range(len(left)) if left[i] < 0]))
+            left[leaf], right[leaf] = len(left), len(left) + 1
+            left += [-1, -1]
+            right += [-1, -1]
+        n = len(left)
+        trees.append(Tree(left=left, right=right, feature=rng.integers(0, 5, n),
+                          threshold=rng.normal(size=n), leaf_value=rng.normal(size=n),
+                          default_left=rng.random(n) < 0.5))
+    return build_forest(trees, n_features=5, n_outputs=1)
+
+
+def test_a_big_forest_is_split_into_functions():
+    forest = _big_forest()
+    predictor = silvanforge.compile(forest, representation="code", n_jobs=1)
+    llvm_ir = predictor.dump("llvm")
+    # The kernel, the parallel loop's body and several pieces of trees.
+    assert llvm_ir.count("define ") > 4
+    # Thresholds are immediates: the kernel branches on them, one branch a node at most.
+    branches = llvm_ir.count("br i1")
+    assert forest.n_trees < branches <= forest.n_internal + 10 * forest.n_trees
+    X = with_nans(np.random.default_rng(1).normal(size=(300, 5)), 0.1)
+    check(predictor, forest, X)
+    again = silvanforge.Predictor.from_bytes(predictor.to_bytes())
+    np.testing.assert_array_equal(again.predict(X), predictor.predict(X))
+
+
+@pytest.mark.parametrize("representation", ["sparse", "code"])
+def test_small_pieces_keep_every_schedule_exact(representation, monkeypatch):
+    """Outlining is the backend's: with pieces of a tree or less (a tree's code is ~200
+    units), every schedule of every representation still computes the reference's sums."""
+    forest = _big_forest(n_trees=6, seed=2)
+    X = with_nans(np.random.default_rng(3).normal(size=(70, 5)), 0.1)
+    options = CODE_SCHEDULES if representation == "code" else schedules(forest)
+    outlined = 0
+    for budget in (100, 400):
+        monkeypatch.setattr(outline, "BUDGET", budget)
+        for name, text in options.items():
+            predictor = silvanforge.compile(forest, schedule=text,
+                                            representation=representation, n_jobs=2)
+            outlined += predictor.dump("llvm").count("define internal fastcc")
+            np.testing.assert_allclose(predictor.predict(X), reference.predict(forest, X),
+                                       rtol=1e-12, atol=1e-12, err_msg=f"{name}, {budget}")
+    assert outlined >= 4
+
+
+def test_trained_lightgbm_with_categories_and_missing_values():
+    lgb = pytest.importorskip("lightgbm")
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(600, 6))
+    X[:, 5] = rng.integers(0, 30, 600)
+    X = with_nans(X, 0.05).astype(np.float64)
+    y = X[:, 0] + np.where(np.nan_to_num(X[:, 5]) % 3 == 0, 1.0, -1.0) + rng.normal(size=600)
+    booster = lgb.train({"objective": "regression", "num_leaves": 31, "verbose": -1,
+                         "min_data_per_group": 5, "cat_smooth": 1.0, "num_threads": 1},
+                        lgb.Dataset(X, y, categorical_feature=[5]), num_boost_round=20)
+    forest = silvanforge.load(booster)
+    assert forest.has_categorical
+    predictor = silvanforge.compile(forest, representation="code", n_jobs=1)
+    check(predictor, forest, X)
+    assert_parity(predictor.predict(X), booster.predict(X), "lightgbm")
+
+
+def test_trained_xgboost_at_float32():
+    xgb = pytest.importorskip("xgboost")
+    rng = np.random.default_rng(1)
+    X = with_nans(rng.normal(size=(500, 8)), 0.05)
+    y = (X[:, 0] + np.nan_to_num(X[:, 1]) > 0).astype(float)
+    booster = xgb.train({"objective": "binary:logistic", "max_depth": 6, "nthread": 1},
+                        xgb.DMatrix(X, y), num_boost_round=15)
+    forest = silvanforge.load(booster)
+    predictor = silvanforge.compile(forest, representation="code", precision="float32",
+                                    n_jobs=1)
+    check(predictor, forest, X)
+    assert_parity(predictor.predict(X), booster.predict(xgb.DMatrix(X)), "xgboost")
+
+
+def test_code_is_registered_and_keeps_the_sparse_tables():
+    forest = _big_forest(n_trees=2)
+    code, sparse = REGISTRY["code"](forest), REGISTRY["sparse"](forest)
+    node = ir.Var("node", ir.I64)
+    assert sparse.walk_code(ir.i64(0), node, lambda f: f) is None  # a table layout
+    assert code.buffers.keys() == sparse.buffers.keys()
+    assert isinstance(code.walk_code(ir.i64(1), node, lambda f: ir.Const(0.0, ir.F64))[-1],
+                      ir.If)
+
+
+def test_opencl_renders_code_walks_as_branches(opencl):  # noqa: F811
+    forest = _big_forest(n_trees=5)
+    X = with_nans(np.random.default_rng(4).normal(size=(100, 5)), 0.1)
+    schedule = ("tile(batch, b0, b1, 64)\nreorder(b0, b1, tree)\nunroll(tree)\n"
+                "gpuDimension(b0, grid.x)\ngpuDimension(b1, block.x)")
+    predictor = silvanforge.compile(forest, target="opencl", schedule=schedule,
+                                    representation="code")
+    np.testing.assert_allclose(predictor.predict(X), reference.predict(forest, X),
+                               rtol=1e-12, atol=1e-12)
+    with pytest.raises(ScheduleError, match="constant tree indices"):
+        silvanforge.compile(forest, target="opencl", representation="code")
