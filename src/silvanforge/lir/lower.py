@@ -146,6 +146,9 @@ class _Lowering:
         raise TypeError(f"no LIR lowering for MIR op {type(op).__name__}")
 
     def walks_of(self, members: list[mir.WalkMember], unroll: int, peel: int) -> list[ir.Stmt]:
+        code = self.code_walks(members)
+        if code is not None:
+            return code
         if all(self.rep.walk_depth(self.affine(m.tree)) is not None for m in members):
             return self.fixed_walks(members)
         rep = self.rep
@@ -189,36 +192,74 @@ class _Lowering:
         code.append(ir.While(any_active, loop))
         return code
 
+    def code_walks(self, members: list[mir.WalkMember]) -> list[ir.Stmt] | None:
+        """Walks the representation emits as code (each member's tree as branches, one
+        member after another), or None for a layout walked step by step."""
+        code: list[ir.Stmt] = []
+        for m in members:
+            tree, row = self.affine(m.tree), self.affine(m.row)
+            counter = self.counter
+            node = ir.Var(self.fresh("node"), ir.I64)
+            walk = self.rep.walk_code(tree, node, self.feature_loader(row))
+            if walk is None:
+                self.counter = counter  # other layouts name their variables as before
+                return None
+            valid = self.cond(m.valid)
+            code += [ir.Declare(node, ir.i64(0)),
+                     *(walk if valid is None else [ir.If(valid, walk)])]
+            self.walks[m.result] = _Walk(tree, row, node)
+        return code
+
     def fixed_walks(self, members: list[mir.WalkMember]) -> list[ir.Stmt]:
         """Walks whose trees keep every leaf at one depth: exactly that many steps, no
         leaf tests, no branches (unrollWalk and peelWalk have nothing left to do).
 
-        A member past its loop's end walks tree 0 with row 0 instead (both exist whenever
-        the loop runs), so every load stays in bounds without a branch; its reduce is
-        skipped by the reduce's own guard. Members of one tree step together for that
-        tree's depth; members of different trees step to the deepest one, each keeping
-        its node once its own depth is reached (the node's slot is in bounds, so reading
-        its fields again is harmless). Constant depths are unrolled into straight-line
-        code up to :data:`MAX_UNROLLED_STEPS` steps."""
+        A group whose members all exist (every row block but the last) runs straight-line
+        code with the members' rows and trees as they are, so a row's address is the
+        block's plus a constant. A partial group walks a member past its loop's end with
+        tree 0 and row 0 instead (both exist whenever the loop runs), so every load stays
+        in bounds without a branch, in a loop over the steps (compact: it runs at most
+        once a call); its reduce is skipped by the reduce's own guard."""
+        code: list[ir.Stmt] = []
+        nodes = [self.local(code, "node", ir.i64(0)) for _ in members]
+        for m, node in zip(members, nodes):
+            self.walks[m.result] = _Walk(self.affine(m.tree), self.affine(m.row), node)
+        conds = [c for c in (self.cond(m.valid) for m in members) if c is not None]
+        whole = self.fixed_steps(members, nodes, clamp=False)
+        if not conds:
+            return code + whole
+        all_exist = conds[0]
+        for c in conds[1:]:
+            all_exist = ir.BinOp("and", all_exist, c)
+        code.append(ir.If(all_exist, whole, self.fixed_steps(members, nodes, clamp=True)))
+        return code
+
+    def fixed_steps(self, members: list[mir.WalkMember], nodes: list[ir.Var],
+                    clamp: bool) -> list[ir.Stmt]:
+        """The steps of a group of walks of known depth, leaving each leaf in ``nodes``.
+
+        Members of one tree step together for that tree's depth; members of different
+        trees step to the deepest one, each keeping its node once its own depth is reached
+        (the node's slot is in bounds, so reading its fields again is harmless). With
+        ``clamp``, members outside their loop walk tree 0 / row 0, and the steps loop;
+        without, constant depths are unrolled up to :data:`MAX_UNROLLED_STEPS` steps."""
         rep = self.rep
         code: list[ir.Stmt] = []
         states = []
-        for m in members:
+        for m, node in zip(members, nodes):
             tree, row = self.affine(m.tree), self.affine(m.row)
-            valid = self.cond(m.valid)
+            valid = self.cond(m.valid) if clamp else None
             if valid is not None:
                 # Clamp only what the condition bounds: members of a row block keep the
                 # block's one tree expression, so its loads are shared.
-                def clamp(stem: str, value: ir.Expr) -> ir.Expr:
+                def clamped(stem: str, value: ir.Expr) -> ir.Expr:
                     return self.local(code, stem, ir.Select(valid, value, ir.i64(0)))
                 if m.valid.value != m.tree:
-                    row = clamp("row", row)
+                    row = clamped("row", row)
                 if m.valid.value != m.row:
-                    tree = clamp("tree", tree)
-            node = self.local(code, "node", rep.root(tree))
-            depth = rep.walk_depth(tree)
-            self.walks[m.result] = _Walk(tree, row, node)
-            states.append((tree, row, node, depth))
+                    tree = clamped("tree", tree)
+            code.append(ir.Assign(node, rep.root(tree)))
+            states.append((tree, row, node, rep.walk_depth(tree)))
         depths = [s[3] for s in states]
         uniform = all(d == depths[0] for d in depths)
         if not uniform:
@@ -238,7 +279,8 @@ class _Lowering:
                 body.append(ir.Assign(node, moved))
             return body
 
-        if isinstance(steps, ir.Const) and steps.value * len(states) <= MAX_UNROLLED_STEPS:
+        if not clamp and isinstance(steps, ir.Const) \
+                and steps.value * len(states) <= MAX_UNROLLED_STEPS:
             for k in range(int(steps.value)):
                 code += step(ir.i64(k))
         else:

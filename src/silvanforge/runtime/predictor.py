@@ -43,8 +43,10 @@ DUMP_LEVELS = ("hir", "mir", "lir", "llvm")
 
 
 # Batches of at most this many rows take the small-batch kernel when there is one: at
-# these sizes interleaving the walks of one row through several trees beats interleaving
-# rows (higgs, 1 thread: 3.0 vs 10.4 µs for one row, equal at 8 rows).
+# these sizes interleaving the walks of one row through several trees beats a 12-row
+# block, whose partial form walks absent rows too (higgs, array, 1 thread, µs per call,
+# small vs main kernel: 1 row 4.4 vs 13; 4 rows 7.5 vs 13.5; 8 rows 13 vs 15; 12 rows 16
+# vs 11.6, a full block).
 SMALL_BATCH = 8
 # A thread pays for waking up only with enough rows of its own (higgs, 2 threads against
 # 1: 130 vs 90 µs at 64 rows and 175 vs 169 µs at 128 when OpenMP threads sleep between
@@ -101,9 +103,10 @@ def _default_jobs() -> int:
         (os.cpu_count() or 1)
 
 
-def _schedule(forest: Forest, schedule: Any) -> Schedule:
+def _schedule(forest: Forest, schedule: Any, representation: str | None = None) -> Schedule:
     if schedule is None:
-        return named("default", forest.n_trees)
+        # Code needs constant tree indices: its own default unrolls the tree loop.
+        return named("code_rows" if representation == "code" else "default", forest.n_trees)
     if isinstance(schedule, Schedule):
         return Schedule.parse(str(schedule), forest.n_trees)
     if isinstance(schedule, str):
@@ -311,7 +314,8 @@ def compile(model: Any, target: str = "cpu", schedule: Any = None,
 
     ``schedule``: None (the default CPU schedule), a named schedule ("default",
     "xgboost", "one_tree_at_a_time", "tree_parallel"), schedule text, or a Schedule.
-    ``representation``: "array", "sparse" or "reorg". ``precision``: "float32" or
+    ``representation``: "array", "sparse", "reorg" or "code" (trees as code; its
+    default schedule is "code_rows"). ``precision``: "float32" or
     "float64" thresholds (default: the model's input precision, which keeps parity).
     ``n_jobs``: threads for parallel loops (default: the CPUs this process may use).
     ``schedule`` may also be a tuned ``silvanforge.tune.Configuration`` (keywords given
@@ -335,11 +339,13 @@ def compile(model: Any, target: str = "cpu", schedule: Any = None,
     jobs = _default_jobs() if n_jobs is None else int(n_jobs)
     if jobs < 1:
         raise InputError(f"n_jobs must be at least 1, not {jobs}")
-    chosen = _schedule(forest, schedule)
-    # A schedule left to SilvanForge gets a second kernel for small batches.
-    small = str(named("small_batch", forest.n_trees)) if schedule is None else None
-    options = Options(schedule=str(chosen),
-                      representation=_representation(forest, representation),
+    rep = _representation(forest, representation)
+    chosen = _schedule(forest, schedule, rep)
+    # A schedule left to SilvanForge gets a second kernel for small batches (not code's:
+    # its one kernel serves every batch, and a second would double its compile time).
+    small = str(named("small_batch", forest.n_trees)) \
+        if schedule is None and rep != "code" else None
+    options = Options(schedule=str(chosen), representation=rep,
                       precision=_precision(forest, precision), n_jobs=jobs,
                       small_schedule=small)
     return Predictor(forest, options)
