@@ -303,3 +303,32 @@ def test_the_seed_schedules_compile_exactly(forest, name):
     predictor = silvanforge.compile(forest, schedule=text, n_jobs=2)
     X = np.random.default_rng(5).normal(size=(70, 3))
     np.testing.assert_allclose(predictor.predict(X), reference.predict(forest, X), rtol=1e-12)
+
+
+def chain(depth: int) -> "Tree":
+    """A tree that is one path: node j (even) splits to leaf j+1 and on to node j+2."""
+    from silvanforge.model.builder import Tree
+    n = 2 * depth + 1
+    internal = [j % 2 == 0 and j < n - 1 for j in range(n)]
+    left = [j + 1 if internal[j] else -1 for j in range(n)]
+    right = [j + 2 if internal[j] else -1 for j in range(n)]
+    return Tree(left=left, right=right, feature=[0] * n, threshold=[0.1 * i for i in range(n)],
+                leaf_value=[float(i) for i in range(n)])
+
+
+def test_default_representation_follows_the_tree_shapes():
+    complete = forest_of(*[stump(threshold=0.1 * k) for k in range(5)])
+    assert silvanforge.compile(complete, n_jobs=1).options.representation == "array"
+    # A chain of depth 12 pads to 8191 slots for 25 nodes: the array layout is not chosen.
+    skewed = forest_of(chain(12), stump())
+    predictor = silvanforge.compile(skewed, n_jobs=1)
+    # A small skewed forest becomes code (branches with immediate thresholds).
+    assert predictor.options.representation == "code"
+    X = probe_rows(skewed, 0, 40)
+    np.testing.assert_allclose(predictor.predict(X), reference.predict(skewed, X),
+                               rtol=1e-12, atol=1e-12)
+    reloaded = pickle.loads(pickle.dumps(predictor))  # its object code, not recompiled
+    np.testing.assert_array_equal(reloaded.predict(X), predictor.predict(X))
+    # Whatever is chosen by default, an explicit choice wins.
+    assert silvanforge.compile(skewed, representation="array", n_jobs=1) \
+        .options.representation == "array"

@@ -19,6 +19,7 @@ import numpy as np
 from . import __version__, reference
 from .errors import InputError, SilvanForgeError
 from .frontends import load
+from .representations import REGISTRY
 from .runtime.predictor import DUMP_LEVELS, Predictor, compile, load_predictor
 
 _MODEL_HELP = ("model file: XGBoost JSON/UBJSON, LightGBM text, ONNX, or a predictor "
@@ -125,9 +126,11 @@ def _tune(args: argparse.Namespace) -> None:
 
 def _compile_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--schedule", help="a named schedule (default, xgboost, "
-                   "one_tree_at_a_time, tree_parallel) or a file of schedule text")
-    p.add_argument("--representation", choices=["array", "sparse", "reorg"],
-                   help="in-memory layout of the trees (default: sparse)")
+                   "one_tree_at_a_time, tree_parallel, code_rows, ...), 'auto' (the tuning "
+                   "cache) or a file of schedule text")
+    p.add_argument("--representation", choices=sorted(REGISTRY),
+                   help="how the trees are laid out: tables (array, sparse, reorg) or code "
+                   "(default: chosen from the tree shapes, docs/ARCHITECTURE.md)")
     p.add_argument("--n-jobs", type=int, default=None,
                    help="threads for parallel loops (default: all CPUs)")
 

@@ -150,5 +150,6 @@ def compile_gpu(model: Any, target: str, schedule: Any = None,
         representation = representation or tuned
     chosen = named(GPU_SCHEDULES[0], forest.n_trees) if schedule is None else \
         _schedule(forest, schedule)
-    return GPUPredictor(forest, target, chosen, _representation(forest, representation),
+    rep = _representation(forest, representation, code=False)
+    return GPUPredictor(forest, target, chosen, rep,
                         _precision(forest, precision))

@@ -120,16 +120,24 @@ def _schedule(forest: Forest, schedule: Any, representation: str | None = None) 
 # The array layout pads each tree to a complete binary tree; it is chosen by default while
 # that costs at most this many slots per node (docs/ARCHITECTURE.md, "Default choices").
 MAX_ARRAY_PADDING = 4
+# Other forests become code up to this many nodes (compiling 6100 nodes takes 2-4.4 s,
+# as long as lleaves; 61000 would take half a minute), and sparse tables beyond.
+MAX_CODE_NODES = 10_000
 
 
-def _representation(forest: Forest, name: str | None) -> str:
+def _representation(forest: Forest, name: str | None, code: bool = True) -> str:
+    """The representation named, or the default for this forest's tree shapes (``code``
+    False: never the code representation, for targets whose schedules walk tables)."""
     if name is None:
         # Walks of known depth are branch-free and fastest on near-complete trees (higgs-,
         # year-, random-forest shapes pad 1.0-2.1 slots a node: array 1.0-1.3x faster than
-        # sparse); skewed trees (LightGBM's 31 leaves pad ~40x) walk their short paths in
-        # the compact sparse layout (1.1-1.7x faster there).
+        # sparse). Skewed trees (LightGBM's 31 leaves pad ~40x) have short likely paths:
+        # as branches with immediate thresholds the CPU runs ahead along them (code 1.5-4x
+        # faster than sparse at 64 and 1024 rows on the nyc-taxi and airline shapes).
         slots = sum(2 ** (int(d) + 1) - 1 for d in forest.tree_depths)
-        return "array" if slots <= MAX_ARRAY_PADDING * forest.n_nodes else "sparse"
+        if slots <= MAX_ARRAY_PADDING * forest.n_nodes:
+            return "array"
+        return "code" if code and forest.n_nodes <= MAX_CODE_NODES else "sparse"
     if name not in REGISTRY:
         raise InputError(f"unknown representation {name!r}; choose from "
                          f"{', '.join(sorted(REGISTRY))}")
