@@ -35,6 +35,7 @@ from ..reference import check_output, finish
 from ..representations import REGISTRY
 from ..schedule import Schedule, named
 from ..schedule.library import GPU_SCHEDULES
+from .predictor import model_arrays
 
 TARGETS = ("cuda", "opencl")
 _DLPACK_CUDA = 2  # DLDeviceType kDLCUDA
@@ -53,8 +54,7 @@ class GPUPredictor:
         self.mir = mir_lower(forest, schedule)
         self.program = gpu_lower(self.mir, forest, self.representation)
         self.source = RENDERERS[target]().render(self.program)
-        model = [np.ascontiguousarray(forest.tree_output, dtype=np.int32)] + [
-            np.ascontiguousarray(a) for a in self.representation.buffers.values()]
+        model = model_arrays(forest, self.representation)
         runner = OpenCLRunner if target == "opencl" else CUDARunner
         self._runner = runner(self.program, self.source, model)
 

@@ -98,6 +98,13 @@ def _address(array: np.ndarray) -> int:
         return array.ctypes.data
 
 
+def model_arrays(forest: Forest, representation: Any) -> list[np.ndarray]:
+    """The kernel's model arguments after the row-dependent ones, in signature order:
+    each tree's first output, then the representation's buffers (every target)."""
+    return [np.ascontiguousarray(forest.tree_output, dtype=np.int32)] + [
+        np.ascontiguousarray(a) for a in representation.buffers.values()]
+
+
 def _default_jobs() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
         (os.cpu_count() or 1)
@@ -173,8 +180,7 @@ class Predictor:
         self._small = kernels[1] if len(kernels) > 1 else None
         # The model buffers never change: their addresses are taken once, not per call
         # (``ndarray.ctypes`` costs about a microsecond each).
-        self._model_arrays = [np.ascontiguousarray(forest.tree_output, dtype=np.int32)] + [
-            np.ascontiguousarray(a) for a in self.representation.buffers.values()]
+        self._model_arrays = model_arrays(forest, self.representation)
         self._model_args = [a.ctypes.data for a in self._model_arrays]
 
     @property
