@@ -35,13 +35,13 @@ from ..reference import check_output, finish
 from ..representations import REGISTRY
 from ..schedule import Schedule, named
 from ..schedule.library import GPU_SCHEDULES
-from .predictor import model_arrays
+from .predictor import ForestShape, model_arrays
 
 TARGETS = ("cuda", "opencl")
 _DLPACK_CUDA = 2  # DLDeviceType kDLCUDA
 
 
-class GPUPredictor:
+class GPUPredictor(ForestShape):
     """Compiled GPU inference for one forest. Build it with
     ``silvanforge.compile(model, target="opencl")`` (or ``"cuda"``)."""
 
@@ -57,14 +57,6 @@ class GPUPredictor:
         model = model_arrays(forest, self.representation)
         runner = OpenCLRunner if target == "opencl" else CUDARunner
         self._runner = runner(self.program, self.source, model)
-
-    @property
-    def n_features(self) -> int:
-        return self.forest.n_features
-
-    @property
-    def n_outputs(self) -> int:
-        return self.forest.n_outputs
 
     def predict(self, X: Any, output: str = "value", n_jobs: int | None = None) -> Any:
         """Predict like the source library (``n_jobs`` is accepted and ignored: the

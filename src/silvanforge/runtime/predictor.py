@@ -159,7 +159,21 @@ def _precision(forest: Forest, precision: str | None) -> str:
     return precision
 
 
-class Predictor:
+class ForestShape:
+    """What every compiled predictor tells about its forest (CPU and GPU alike)."""
+
+    forest: Forest
+
+    @property
+    def n_features(self) -> int:
+        return self.forest.n_features
+
+    @property
+    def n_outputs(self) -> int:
+        return self.forest.n_outputs
+
+
+class Predictor(ForestShape):
     """Compiled inference for one forest. Build it with :func:`silvanforge.compile`.
 
     >>> predictor = silvanforge.compile("model.json")            # doctest: +SKIP
@@ -198,14 +212,6 @@ class Predictor:
         return self._main.code
 
     # ---- the user surface ----------------------------------------------------------------
-    @property
-    def n_features(self) -> int:
-        return self.forest.n_features
-
-    @property
-    def n_outputs(self) -> int:
-        return self.forest.n_outputs
-
     def predict(self, X: Any, output: str = "value", n_jobs: int | None = None) -> np.ndarray:
         """Predict like the source library (the conventions of ``reference.predict``).
 
