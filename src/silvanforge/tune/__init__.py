@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -29,7 +29,7 @@ from ..model.forest import Forest
 from ..model.inputs import as_rows
 from . import cache
 
-__all__ = ["Configuration", "tune", "resolve"]
+__all__ = ["Configuration", "tune", "resolve", "cached_search"]
 
 DEFAULT_BUDGET_S = 60.0
 
@@ -132,18 +132,27 @@ def tune(model: Any, X_sample: Any, target: str = "cpu", batch_size: int | None 
     if jobs < 1:
         raise InputError(f"n_jobs must be at least 1, not {jobs}")
     rows = _sample(forest, X_sample, batch_size)
-    key = cache.cache_key(forest, len(rows), jobs)
+    def search() -> list:
+        evaluator = explore.Evaluator(forest, rows, progress=progress)
+        deadline = time.perf_counter() + budget_s
+        run = explore.exhaustive if exhaustive else explore.guided
+        return run(evaluator, jobs, deadline)
+
+    return cached_search(cache.cache_key(forest, len(rows), jobs), use_cache, search,
+                         len(rows), "exhaustive" if exhaustive else "guided")
+
+
+def cached_search(key: dict[str, Any], use_cache: bool, search: Callable[[], list],
+                  n_rows: int, how: str, what: str = "") -> Configuration:
+    """The cached configuration under ``key``, or the fastest of ``search()``'s timed
+    results (stored under ``key``); the CPU and GPU tuners both end here."""
     if use_cache and (hit := cache.lookup(key)) is not None:
         return Configuration.from_json(hit)
-    evaluator = explore.Evaluator(forest, rows, progress=progress)
-    deadline = time.perf_counter() + budget_s
-    search = explore.exhaustive if exhaustive else explore.guided
-    results = [r for r in search(evaluator, jobs, deadline) if r.seconds is not None]
+    results = [r for r in search() if r.seconds is not None]
     if not results:
-        raise InputError("no candidate configuration compiled within the budget; "
+        raise InputError(f"no candidate {what}configuration compiled within the budget; "
                          "raise budget_s")
-    config = Configuration.of(results[0], len(rows),
-                              "exhaustive" if exhaustive else "guided")
+    config = Configuration.of(results[0], n_rows, how)
     if use_cache:
         cache.store(key, config.to_json())
     return config

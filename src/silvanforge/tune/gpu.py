@@ -344,25 +344,19 @@ def tune_gpu(forest: Forest, rows: np.ndarray, target: str, budget_s: float,
 
     >>> tune_gpu(forest, rows, "opencl", budget_s=30)                 # doctest: +SKIP
     """
-    from . import Configuration
+    from . import cached_search
 
     device = device_facts(target)
-    key = cache_key(forest, len(rows), target, device)
-    if use_cache and (hit := cache.lookup(key)) is not None:
-        return Configuration.from_json(hit)
-    ev = Evaluator(forest, rows, target, progress)
-    deadline = time.perf_counter() + budget_s
-    results = exhaustive(ev, device, deadline, space) if exhaustive_search else \
-        guided(ev, device, deadline)
-    results = [r for r in results if r.seconds is not None]
-    if not results:
-        raise InputError("no candidate GPU configuration compiled within the budget; "
-                         "raise budget_s")
-    config = Configuration.of(results[0], len(rows),
-                              "exhaustive" if exhaustive_search else "algorithm1")
-    if use_cache:
-        cache.store(key, config.to_json())
-    return config
+
+    def search() -> list[Result]:
+        ev = Evaluator(forest, rows, target, progress)
+        deadline = time.perf_counter() + budget_s
+        return exhaustive(ev, device, deadline, space) if exhaustive_search else \
+            guided(ev, device, deadline)
+
+    return cached_search(cache_key(forest, len(rows), target, device), use_cache, search,
+                         len(rows), "exhaustive" if exhaustive_search else "algorithm1",
+                         "GPU ")
 
 
 def resolve(forest: Forest, target: str, schedule: Any) -> tuple[str, str]:
