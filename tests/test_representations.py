@@ -24,6 +24,8 @@ from silvanforge.model.inputs import as_matrix
 from silvanforge.representations import REGISTRY
 from silvanforge.representations.array import MAX_SLOTS
 from silvanforge.representations.decision import round_down_f32, round_up_f32
+from silvanforge.representations.tiled import TILED
+from silvanforge.hir import MAX_TILE_SIZE, tile_uniform
 
 # Values thresholds and inputs share, so that rows hit thresholds exactly, plus values
 # float32 cannot hold (1/3, 0.1, 1e300) and ones near ZERO_THRESHOLD.
@@ -37,7 +39,7 @@ CATEGORIES = np.array([0, 1, 2, 5, 31, 32, 40])
 # ---- a walk kernel ------------------------------------------------------------------
 
 def walk_kernel(rep) -> ir.Kernel:
-    """for row, for tree: node = root; while not leaf: node = child(go_left);
+    """for row, for tree: node = root; while not leaf: node = step(node);
     out[row, tree_output + k] += leaf_value; vals[row, tree, k] = leaf_value."""
     forest = rep.forest
     in_type = ir.F32 if forest.input_dtype == np.float32 else ir.F64
@@ -59,7 +61,7 @@ def walk_kernel(rep) -> ir.Kernel:
     per_tree: list[ir.Stmt] = [
         ir.Declare(node, rep.root(tree)),
         ir.While(ir.Not(rep.is_leaf(tree, node)), [
-            ir.Assign(node, rep.child(tree, node, rep.go_left(tree, node, feature_value)))])]
+            ir.Assign(node, rep.step(tree, node, feature_value))])]
     for k in range(forest.leaf_width):
         value = rep.leaf_value(tree, node, k, feature_value)
         at = add(add(mul(row, forest.n_outputs), ir.Load(tree_output, tree)), ir.i64(k))
@@ -408,3 +410,16 @@ def test_leaf_tables_are_float32_only_when_lossless(name):
     assert REGISTRY[name](exact, "float32").buffers["model_leaf_value"].dtype == np.float32
     assert REGISTRY[name](inexact, "float32").buffers["model_leaf_value"].dtype == np.float64
     assert REGISTRY[name](exact, "float64").buffers["model_leaf_value"].dtype == np.float64
+
+
+# ---- tiled layouts ------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", sorted(TILED))
+@pytest.mark.parametrize("tile_size", range(1, MAX_TILE_SIZE + 1))
+@settings(max_examples=15)
+@given(forest=forests(), seed=st.integers(0, 2**32 - 1))
+def test_tiled_walk_matches_reference(name, tile_size, forest, seed):
+    rows = random_rows(forest, seed)
+    plan = tile_uniform(forest, tile_size)
+    precision = "float32" if forest.input_dtype == np.float32 else "float64"
+    check_against_reference(TILED[name](forest, precision, plan), rows)

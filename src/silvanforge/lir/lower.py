@@ -167,8 +167,7 @@ class _Lowering:
             states.append((tree, row, node, active))
 
         def step(tree, row, node, active, check_leaf: bool) -> list[ir.Stmt]:
-            move = [ir.Assign(node, rep.child(tree, node, rep.go_left(
-                tree, node, self.feature_loader(row))))]
+            move = [ir.Assign(node, rep.step(tree, node, self.feature_loader(row)))]
             if check_leaf:
                 move.append(ir.Assign(active, ir.Not(rep.is_leaf(tree, node))))
             return [ir.If(active, move)]
@@ -273,7 +272,7 @@ class _Lowering:
         def step(index: ir.Expr) -> list[ir.Stmt]:
             body: list[ir.Stmt] = []
             for (tree, row, node, _), depth in zip(states, depths):
-                moved = rep.child(tree, node, rep.go_left(tree, node, self.feature_loader(row)))
+                moved = rep.step(tree, node, self.feature_loader(row))
                 if not uniform:
                     moved = ir.Select(ir.Cmp("lt", index, depth), moved, node)
                 body.append(ir.Assign(node, moved))

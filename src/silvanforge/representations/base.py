@@ -6,7 +6,7 @@ new layout is a new subclass registered by name, and the same code serves every 
 
 Node handles are i64 LIR values whose meaning belongs to the representation (a global
 node index, an index into a level-ordered array, ...). The kernel's row values are
-provided by the caller of :meth:`go_left` as a function from a feature index (i64 LIR
+provided by the caller of :meth:`step` as a function from a feature index (i64 LIR
 expression) to the row's value of that feature, as a float LIR expression of the
 compiled input precision.
 """
@@ -55,14 +55,10 @@ class Representation(ABC):
         """i1: whether ``node`` is a leaf."""
 
     @abstractmethod
-    def go_left(self, tree: ir.Expr, node: ir.Expr, feature_value: FeatureLoader) -> ir.Expr:
-        """i1: whether a row goes to the left child of internal ``node``, with the exact
-        semantics of :mod:`silvanforge.model.forest` (missing values, operators,
-        categories)."""
-
-    @abstractmethod
-    def child(self, tree: ir.Expr, node: ir.Expr, left: ir.Expr) -> ir.Expr:
-        """The handle of ``node``'s left child when ``left`` holds, else its right."""
+    def step(self, tree: ir.Expr, node: ir.Expr, feature_value: FeatureLoader) -> ir.Expr:
+        """The handle a row moves to from non-leaf ``node`` in one step of a walk: a
+        node's child (exact split semantics of :mod:`silvanforge.model.forest`: missing
+        values, operators, categories) or, in a tiled layout, a tile's exit."""
 
     @abstractmethod
     def leaf_value(self, tree: ir.Expr, node: ir.Expr, k: int,

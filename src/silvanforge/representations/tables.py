@@ -60,7 +60,17 @@ class TableRepresentation(Representation):
         return PREFIX + field in self._arrays
 
     # ---- shared tree operations ----------------------------------------------------------
+    def step(self, tree: ir.Expr, node: ir.Expr, feature_value: FeatureLoader) -> ir.Expr:
+        return self.child(tree, node, self.go_left(tree, node, feature_value))
+
+    def child(self, tree: ir.Expr, node: ir.Expr, left: ir.Expr) -> ir.Expr:
+        """The handle of ``node``'s left child when ``left`` holds, else its right (each
+        layout of single nodes says where children live; a tiled layout overrides
+        :meth:`step` instead)."""
+        raise NotImplementedError
+
     def go_left(self, tree: ir.Expr, node: ir.Expr, feature_value: FeatureLoader) -> ir.Expr:
+        """i1: whether a row goes left at the split in node slot ``node``."""
         def optional(field: str) -> ir.Expr | None:
             return self._load(field, node) if self._has(field) else None
 

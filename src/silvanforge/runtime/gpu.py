@@ -32,10 +32,9 @@ from ..mir import lower as mir_lower, print_mir
 from ..model.forest import Forest
 from ..model.inputs import as_rows
 from ..reference import check_output, finish
-from ..representations import REGISTRY
 from ..schedule import Schedule, named
 from ..schedule.library import GPU_SCHEDULES
-from .predictor import ForestShape, model_arrays
+from .predictor import ForestShape, build_representation, model_arrays
 
 TARGETS = ("cuda", "opencl")
 _DLPACK_CUDA = 2  # DLDeviceType kDLCUDA
@@ -46,11 +45,12 @@ class GPUPredictor(ForestShape):
     ``silvanforge.compile(model, target="opencl")`` (or ``"cuda"``)."""
 
     def __init__(self, forest: Forest, target: str, schedule: Schedule,
-                 representation: str, precision: str) -> None:
+                 representation: str, precision: str, tile_size: int = 1) -> None:
         self.forest = forest
         self.target = target
         self.schedule = schedule
-        self.representation = REGISTRY[representation](forest, precision)
+        self.representation = build_representation(forest, representation, precision,
+                                                   tile_size)
         self.mir = mir_lower(forest, schedule)
         self.program = gpu_lower(self.mir, forest, self.representation)
         self.source = RENDERERS[target]().render(self.program)
@@ -120,7 +120,7 @@ def _device_array(X: Any, cp: Any) -> Any:
 
 def compile_gpu(model: Any, target: str, schedule: Any = None,
                 representation: str | None = None,
-                precision: str | None = None) -> GPUPredictor:
+                precision: str | None = None, tile_size: int | None = None) -> GPUPredictor:
     """What ``silvanforge.compile`` does for a GPU ``target`` ("cuda" or "opencl").
 
     ``schedule`` None is the ``tahoe_direct`` schedule (64 rows per block, one row per
@@ -128,6 +128,7 @@ def compile_gpu(model: Any, target: str, schedule: Any = None,
 
     >>> compile_gpu("model.json", "opencl", schedule="gpu_tree_parallel")  # doctest: +SKIP
     """
+    from .layout import plan_layout
     from .predictor import _precision, _representation, _schedule
 
     if target not in TARGETS:
@@ -142,6 +143,7 @@ def compile_gpu(model: Any, target: str, schedule: Any = None,
         representation = representation or tuned
     chosen = named(GPU_SCHEDULES[0], forest.n_trees) if schedule is None else \
         _schedule(forest, schedule)
-    rep = _representation(forest, representation, code=False)
-    return GPUPredictor(forest, target, chosen, rep,
-                        _precision(forest, precision))
+    layout = plan_layout(forest, tile_size, None, None)
+    rep = _representation(forest, representation or layout.representation, code=False)
+    return GPUPredictor(forest, target, chosen, rep, _precision(forest, precision),
+                        layout.tile_size)

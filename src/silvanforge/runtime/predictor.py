@@ -34,7 +34,10 @@ from ..model import serialize
 from ..model.forest import Forest
 from ..model.inputs import as_rows
 from ..reference import check_output, finish
+from ..hir import plan_tiling, print_plan, uniform_tiling
+from .layout import plan_layout
 from ..representations import REGISTRY
+from ..representations.tiled import TILED
 from ..schedule import Schedule, named
 from ..schedule.library import LIBRARY
 
@@ -60,13 +63,17 @@ class Options:
     """Everything that decides the generated code, as plain values.
 
     ``small_schedule`` (when set) is compiled too and serves batches of up to
-    ``SMALL_BATCH`` rows; it is set when the user leaves the schedule to SilvanForge."""
+    ``SMALL_BATCH`` rows; it is set when the user leaves the schedule to SilvanForge.
+    ``tile_size`` > 1 walks tiles of that many nodes, tiled ``tiling`` ("uniform", or
+    "probability" from a profile: the predictor then keeps the tiling itself)."""
 
     schedule: str
     representation: str
     precision: str
     n_jobs: int
     small_schedule: str | None = None
+    tile_size: int = 1
+    tiling: str = "uniform"
 
 
 class _Kernel:
@@ -103,6 +110,19 @@ def model_arrays(forest: Forest, representation: Any) -> list[np.ndarray]:
     each tree's first output, then the representation's buffers (every target)."""
     return [np.ascontiguousarray(forest.tree_output, dtype=np.int32)] + [
         np.ascontiguousarray(a) for a in representation.buffers.values()]
+
+
+def build_representation(forest: Forest, name: str, precision: str, tile_size: int = 1,
+                         node_tile: np.ndarray | None = None) -> Any:
+    """The representation ``name`` of ``forest``; with ``tile_size`` > 1, its tiled form
+    over ``node_tile`` (a tiling's per-node labels; default: uniform tiling)."""
+    if tile_size == 1 and node_tile is None:
+        return REGISTRY[name](forest, precision)
+    if name not in TILED:
+        raise InputError(f"tile_size {tile_size} needs representation 'array' or 'sparse' "
+                         f"(the {name!r} representation walks one node at a time)")
+    labels = uniform_tiling(forest, tile_size) if node_tile is None else node_tile
+    return TILED[name](forest, precision, plan_tiling(forest, labels, tile_size))
 
 
 def _default_jobs() -> int:
@@ -181,10 +201,13 @@ class Predictor(ForestShape):
     """
 
     def __init__(self, forest: Forest, options: Options,
-                 object_code: tuple[bytes, ...] = (), target: Target | None = None) -> None:
+                 object_code: tuple[bytes, ...] = (), target: Target | None = None,
+                 node_tile: np.ndarray | None = None) -> None:
         self.forest = forest
         self.options = options
-        self.representation = REGISTRY[options.representation](forest, options.precision)
+        self._node_tile = node_tile
+        self.representation = build_representation(
+            forest, options.representation, options.precision, options.tile_size, node_tile)
         schedules = [options.schedule] + ([options.small_schedule]
                                           if options.small_schedule else [])
         codes = list(object_code) + [None] * (len(schedules) - len(object_code))
@@ -252,7 +275,9 @@ class Predictor(ForestShape):
         >>> print(predictor.dump("mir"))                          # doctest: +SKIP
         """
         if level == "hir":
-            return f"{self.forest.summary()}\nschedule:\n{self.schedule}"
+            plan = getattr(self.representation, "plan", None)
+            tiles = f"\ntiling ({self.options.tiling}):\n{print_plan(plan)}" if plan else ""
+            return f"{self.forest.summary()}\nschedule:\n{self.schedule}{tiles}"
         if level == "mir":
             return print_mir(self.mir)
         if level == "lir":
@@ -263,7 +288,8 @@ class Predictor(ForestShape):
 
     def __repr__(self) -> str:
         o = self.options
-        return (f"<Predictor {self.forest.n_trees} trees, {o.representation}, "
+        tiles = f", {o.tiling} tiles of {o.tile_size}" if o.tile_size > 1 else ""
+        return (f"<Predictor {self.forest.n_trees} trees, {o.representation}{tiles}, "
                 f"{o.precision}, n_jobs={o.n_jobs}>")
 
     # ---- persistence ---------------------------------------------------------------------
@@ -274,6 +300,8 @@ class Predictor(ForestShape):
                   "target": [t.triple, t.cpu, t.features]}
         codes = {f"object_code_{i}": np.frombuffer(k.code.object_code, dtype=np.uint8)
                  for i, k in enumerate(filter(None, (self._main, self._small)))}
+        if self._node_tile is not None:
+            codes["node_tile"] = np.asarray(self._node_tile)
         buf = io.BytesIO()
         np.savez(buf, **{f"forest_{k}": v for k, v in arrays.items()},
                  header=serialize.dumps_meta(header), **codes)
@@ -294,11 +322,12 @@ class Predictor(ForestShape):
             target = Target(*header["target"])
             codes = tuple(archive[f"object_code_{i}"].tobytes()
                           for i in range(1 + bool(options.small_schedule)))
+            node_tile = archive["node_tile"] if "node_tile" in archive.files else None
         except SilvanForgeError:
             raise
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise ModelFormatError(f"not a saved SilvanForge predictor ({exc})") from None
-        return cls(forest, options, codes, target)
+        return cls(forest, options, codes, target, node_tile)
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the predictor (model, options and machine code) to ``path``.
@@ -329,7 +358,8 @@ def load_predictor(path: str | os.PathLike) -> Predictor:
 
 def compile(model: Any, target: str = "cpu", schedule: Any = None,
             representation: str | None = None, precision: str | None = None,
-            n_jobs: int | None = None) -> Predictor:
+            n_jobs: int | None = None, tile_size: int | None = None,
+            tiling: str | None = None, profile: Any = None) -> Predictor:
     """Compile a model (anything :func:`silvanforge.load` takes) into a :class:`Predictor`.
 
     ``schedule``: None (the default CPU schedule), a named schedule ("default",
@@ -342,30 +372,47 @@ def compile(model: Any, target: str = "cpu", schedule: Any = None,
     here win over its own) or "auto": the tuning cache's configuration for this model,
     thread count and CPU when there is one, else the default.
 
+    Tiling (docs/ARCHITECTURE.md "Tiling"): ``tile_size`` 1-8 nodes evaluated per walk
+    step (default 1: single nodes; above 1 with the "sparse" or "array" representation,
+    "sparse" by default). ``tiling``: "uniform" (default) or "probability" (seed 004:
+    needs ``profile``, sample rows or a :class:`~silvanforge.Profile`; skewed trees are
+    tiled along their likely paths, trees are grouped by the walk depth that covers 90%
+    of the profile, and each group's walks are unrolled to that depth; default tile
+    size 4). A ``profile`` alone implies ``tiling="probability"``.
+
     >>> import silvanforge
     >>> predictor = silvanforge.compile("model.json", schedule="xgboost", n_jobs=1)  # doctest: +SKIP
+    >>> silvanforge.compile("model.json", tile_size=4, profile=X_sample)  # doctest: +SKIP
     """
     if target != "cpu":
         from .gpu import compile_gpu  # imports pyopencl / CuPy only when asked for
 
-        return compile_gpu(model, target, schedule, representation, precision)
+        if tiling is not None or profile is not None:
+            raise InputError("probability-based tiling is a CPU option (GPU walks take "
+                             "tile_size with uniform tiling)")
+        return compile_gpu(model, target, schedule, representation, precision, tile_size)
     forest = load(model)
     if (isinstance(schedule, str) and schedule.strip() == "auto") or \
             hasattr(schedule, "compile_kwargs"):
         from ..tune import resolve  # tune compiles candidates with this function
 
         return compile(forest, target, **resolve(forest, schedule, {
-            "representation": representation, "precision": precision, "n_jobs": n_jobs}))
+            "representation": representation, "precision": precision, "n_jobs": n_jobs,
+            "tile_size": tile_size, "tiling": tiling, "profile": profile}))
     jobs = _default_jobs() if n_jobs is None else int(n_jobs)
     if jobs < 1:
         raise InputError(f"n_jobs must be at least 1, not {jobs}")
-    rep = _representation(forest, representation)
-    chosen = _schedule(forest, schedule, rep)
+    layout = plan_layout(forest, tile_size, tiling, profile)
+    forest = layout.forest
+    rep = _representation(forest, representation or layout.representation)
+    chosen = _schedule(forest, schedule, rep) if schedule is not None or \
+        layout.schedule is None else Schedule.parse(layout.schedule, forest.n_trees)
     # A schedule left to SilvanForge gets a second kernel for small batches (not code's:
     # its one kernel serves every batch, and a second would double its compile time).
     small = str(named("small_batch", forest.n_trees)) \
         if schedule is None and rep != "code" else None
     options = Options(schedule=str(chosen), representation=rep,
                       precision=_precision(forest, precision), n_jobs=jobs,
-                      small_schedule=small)
-    return Predictor(forest, options)
+                      small_schedule=small, tile_size=layout.tile_size,
+                      tiling=layout.tiling)
+    return Predictor(forest, options, node_tile=layout.node_tile)
