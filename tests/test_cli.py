@@ -68,6 +68,22 @@ def test_compile_then_predict_from_the_saved_predictor(model, tmp_path, capsys):
     assert "parallel for" in capsys.readouterr().out
 
 
+def test_compile_with_probability_tiling_from_a_profile_file(model, tmp_path, capsys):
+    path, X = model
+    sample, saved = tmp_path / "sample.npy", tmp_path / "tiled.sfp"
+    np.save(sample, X[:100])
+    assert cli.main(["compile", str(path), "-o", str(saved), "--profile", str(sample),
+                     "--tile-size", "3", "--n-jobs", "1"]) == 0
+    assert "probability tiles of 3" in capsys.readouterr().out
+    data, out = tmp_path / "rows.npy", tmp_path / "out.csv"
+    np.save(data, X[:30])
+    assert cli.main(["predict", str(saved), str(data), "-o", str(out)]) == 0
+    np.testing.assert_allclose(np.loadtxt(out), reference.predict(load(path), X[:30]),
+                               rtol=1e-8)
+    assert cli.main(["inspect", str(saved), "--dump", "hir"]) == 0
+    assert "tiling (probability)" in capsys.readouterr().out
+
+
 def test_errors_are_messages_not_tracebacks(model, tmp_path, capsys):
     bad = tmp_path / "rows.csv"
     np.savetxt(bad, np.zeros((2, 5)), delimiter=",")

@@ -28,6 +28,7 @@ from silvanforge.schedule import named
 from silvanforge.schedule.library import GPU_SCHEDULES
 
 from test_forest import forest_of, random_forests, stump
+from test_tiled_compile import skewed_forest
 from util import assert_parity, probe_rows, with_nans
 
 REPRESENTATIONS = ["array", "sparse", "reorg"]
@@ -251,3 +252,21 @@ def test_cuda_device(forest):
         on_device = p.predict(cp.asarray(X))
         assert isinstance(on_device, cp.ndarray)
         np.testing.assert_allclose(on_device.get(), expected, rtol=1e-12, err_msg=schedule)
+
+
+@pytest.mark.parametrize("representation", ["sparse", "array"])
+@pytest.mark.parametrize("tile_size", [2, 4, 8])
+def test_tiled_walks_on_opencl_and_nvrtc(opencl, nvrtc, representation, tile_size):
+    """Tiled layouts through both GPU renderers: exact on PoCL, PTX from NVRTC."""
+    rng = np.random.default_rng(tile_size)
+    stumps = forest_of(*[stump(feature=k % 3, threshold=0.1 * k, values=(k, -k))
+                         for k in range(1, 6)], n_features=3)
+    for model in (stumps, skewed_forest()):
+        p = silvanforge.compile(model, target="opencl", representation=representation,
+                                tile_size=tile_size)
+        X = with_nans(rng.normal(0, 3, size=(70, model.n_features)), 0.1, seed=tile_size)
+        np.testing.assert_allclose(p.predict(X, output="margin"),
+                                   reference.predict(model, X, output="margin"),
+                                   rtol=1e-12, atol=1e-12)
+        ptx = nvrtc(CUDARenderer().render(p.program))
+        assert ".entry" in ptx

@@ -55,8 +55,20 @@ def _is_predictor(path: str) -> bool:
 def _predictor(args: argparse.Namespace) -> Predictor:
     if _is_predictor(args.model):
         return load_predictor(args.model)
-    return compile(args.model, schedule=_schedule_arg(args.schedule),
-                   representation=args.representation, n_jobs=args.n_jobs)
+    return compile(args.model, **_compile_kwargs(args))
+
+
+def _compile_kwargs(args: argparse.Namespace) -> dict:
+    """compile()'s keywords from the options of :func:`_compile_options`."""
+    profile = None
+    if args.profile is not None:
+        # Commands that read no DATA have no --header / --columns: then none apply.
+        profile = _read_rows(args.profile, getattr(args, "header", False))
+        if getattr(args, "columns", None) is not None:
+            profile = profile[:, :args.columns]
+    return {"schedule": _schedule_arg(args.schedule), "representation": args.representation,
+            "n_jobs": args.n_jobs, "tile_size": args.tile_size, "tiling": args.tiling,
+            "profile": profile}
 
 
 def _inspect(args: argparse.Namespace) -> None:
@@ -67,9 +79,7 @@ def _inspect(args: argparse.Namespace) -> None:
 
 
 def _compile(args: argparse.Namespace) -> None:
-    predictor = compile(args.model, schedule=_schedule_arg(args.schedule),
-                        representation=args.representation, precision=args.precision,
-                        n_jobs=args.n_jobs)
+    predictor = compile(args.model, precision=args.precision, **_compile_kwargs(args))
     predictor.save(args.out)
     print(f"wrote {args.out}: {predictor!r}")
 
@@ -133,6 +143,12 @@ def _compile_options(p: argparse.ArgumentParser) -> None:
                    "(default: chosen from the tree shapes, docs/ARCHITECTURE.md)")
     p.add_argument("--n-jobs", type=int, default=None,
                    help="threads for parallel loops (default: all CPUs)")
+    p.add_argument("--tile-size", type=int, default=None,
+                   help="nodes evaluated per walk step, 1-8 (default 1; 4 with --profile)")
+    p.add_argument("--tiling", choices=["uniform", "probability"], default=None,
+                   help="how nodes are grouped into tiles (probability: needs --profile)")
+    p.add_argument("--profile", help="sample rows (CSV or .npy, like DATA) for "
+                   "probability-based tiling")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
