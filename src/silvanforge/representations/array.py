@@ -32,7 +32,7 @@ from ..lir import ir
 from ..model.forest import Forest
 from . import decision, leaves
 from .base import register
-from .tables import TableRepresentation
+from .tables import ConsecutiveTrees, TableRepresentation
 
 MAX_SLOTS = 1 << 24
 
@@ -113,7 +113,7 @@ class LevelOrderRepresentation(TableRepresentation):
 
 
 @register
-class ArrayRepresentation(LevelOrderRepresentation):
+class ArrayRepresentation(LevelOrderRepresentation, ConsecutiveTrees):
     """Trees one after another, each a padded level-order array."""
 
     name = "array"
@@ -127,18 +127,7 @@ class ArrayRepresentation(LevelOrderRepresentation):
         depths = forest.tree_depths
         self._fill_pushed_down(depths, lambda tree, position: tree_start[tree] + position,
                                int(tree_start[-1]))
-        self._add({"tree_start": tree_start[:-1]})
-        self._uniform = int(depths[0]) if np.all(depths == depths[0]) else None
-        if self._uniform is None:
-            self._add({"tree_depth": depths.astype(np.int32)})
-
-    def root(self, tree: ir.Expr) -> ir.Expr:
-        return self._load("tree_start", tree)
-
-    def walk_depth(self, tree: ir.Expr) -> ir.Expr:
-        if self._uniform is not None:
-            return ir.i64(self._uniform)
-        return ir.Cast(self._load("tree_depth", tree), ir.I64)
+        self._add_trees(tree_start[:-1], depths)
 
     def child(self, tree: ir.Expr, node: ir.Expr, left: ir.Expr) -> ir.Expr:
         # start + 2 * (node - start) + 1 (+1 for the right child)

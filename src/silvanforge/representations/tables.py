@@ -100,3 +100,22 @@ class TableRepresentation(Representation):
     @abstractmethod
     def _leaf_slot(self, tree: ir.Expr, node: ir.Expr) -> ir.Expr:
         """The leaf-table row of leaf handle ``node``."""
+
+
+class ConsecutiveTrees(TableRepresentation):
+    """Layouts storing each tree's slots from ``tree_start[t]`` on, with every walk of
+    tree ``t`` taking exactly ``depths[t]`` steps (leaves pushed down)."""
+
+    def _add_trees(self, tree_start: np.ndarray, depths: np.ndarray) -> None:
+        self._add({"tree_start": tree_start})
+        self._uniform = int(depths[0]) if np.all(depths == depths[0]) else None
+        if self._uniform is None:
+            self._add({"tree_depth": depths.astype(np.int32)})
+
+    def root(self, tree: ir.Expr) -> ir.Expr:
+        return self._load("tree_start", tree)
+
+    def walk_depth(self, tree: ir.Expr) -> ir.Expr:
+        if self._uniform is not None:
+            return ir.i64(self._uniform)
+        return ir.Cast(self._load("tree_depth", tree), ir.I64)

@@ -45,7 +45,7 @@ from ..model.forest import Forest
 from . import decision, leaves
 from .array import MAX_SLOTS
 from .base import FeatureLoader
-from .tables import TableRepresentation
+from .tables import ConsecutiveTrees, TableRepresentation
 
 if TYPE_CHECKING:  # a plan is HIR's product, handed down; this level never imports HIR
     from ..hir.tiling import TilingPlan
@@ -141,7 +141,7 @@ class TiledSparseRepresentation(TiledRepresentation):
         return ir.BinOp("mul", tile, ir.i64(self.tile_size))
 
 
-class TiledArrayRepresentation(TiledRepresentation):
+class TiledArrayRepresentation(TiledRepresentation, ConsecutiveTrees):
     """Each tree's tiles as a complete (n+1)-ary tree, leaves pushed to the bottom."""
 
     name = "array"
@@ -176,18 +176,8 @@ class TiledArrayRepresentation(TiledRepresentation):
                 leaf[start[t] + first:start[t] + first + down] = node
         self._add_tiles(tile_nodes, shape)
         self._add(leaves.leaf_arrays(forest, leaf, precision))
-        self._add({"leaf_flag": (leaf >= 0).astype(np.int8), "tree_start": start[:-1]})
-        self._uniform = int(depths[0]) if np.all(depths == depths[0]) else None
-        if self._uniform is None:
-            self._add({"tree_depth": depths.astype(np.int32)})
-
-    def root(self, tree: ir.Expr) -> ir.Expr:
-        return self._load("tree_start", tree)
-
-    def walk_depth(self, tree: ir.Expr) -> ir.Expr:
-        if self._uniform is not None:
-            return ir.i64(self._uniform)
-        return ir.Cast(self._load("tree_depth", tree), ir.I64)
+        self._add({"leaf_flag": (leaf >= 0).astype(np.int8)})
+        self._add_trees(start[:-1], depths)
 
     def is_leaf(self, tree: ir.Expr, node: ir.Expr) -> ir.Expr:
         return ir.Cmp("ne", self._load("leaf_flag", node), ir.Const(0, ir.I8))
