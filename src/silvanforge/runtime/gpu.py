@@ -120,7 +120,8 @@ def _device_array(X: Any, cp: Any) -> Any:
 
 def compile_gpu(model: Any, target: str, schedule: Any = None,
                 representation: str | None = None,
-                precision: str | None = None, tile_size: int | None = None) -> GPUPredictor:
+                precision: str | None = None, tile_size: int | None = None,
+                tiling: str | None = None) -> GPUPredictor:
     """What ``silvanforge.compile`` does for a GPU ``target`` ("cuda" or "opencl").
 
     ``schedule`` None is the ``tahoe_direct`` schedule (64 rows per block, one row per
@@ -143,7 +144,7 @@ def compile_gpu(model: Any, target: str, schedule: Any = None,
         representation = representation or tuned
     chosen = named(GPU_SCHEDULES[0], forest.n_trees) if schedule is None else \
         _schedule(forest, schedule)
-    layout = plan_layout(forest, tile_size, None, None)
+    layout = plan_layout(forest, tile_size, tiling, None)
     rep = _representation(forest, representation or layout.representation, code=False)
     return GPUPredictor(forest, target, chosen, rep, _precision(forest, precision),
                         layout.tile_size)

@@ -108,10 +108,11 @@ def plan_layout(forest: Forest, tile_size: int | None, tiling: str | None,
     labels = probability_tiling(forest, tile_size, counts)
     depths = peel_depths(plan_tiling(forest, labels, tile_size), counts, PEEL_COVERAGE)
     order, groups = peel_groups(depths)
+    # The same tiles, relabelled into the reordered forest's node order (labels need only
+    # be distinct per tile): the groups were computed for exactly these tiles.
     nodes = np.concatenate([np.arange(forest.tree_offsets[t], forest.tree_offsets[t + 1])
                             for t in order])
-    forest, counts = permute_trees(forest, order), np.asarray(counts)[nodes]
-    return Layout(forest, tile_size, tiling, probability_tiling(forest, tile_size, counts),
+    return Layout(permute_trees(forest, order), tile_size, tiling, labels[nodes],
                   representation="sparse", schedule=grouped_schedule(groups))
 
 

@@ -387,10 +387,11 @@ def compile(model: Any, target: str = "cpu", schedule: Any = None,
     if target != "cpu":
         from .gpu import compile_gpu  # imports pyopencl / CuPy only when asked for
 
-        if tiling is not None or profile is not None:
+        if tiling == "probability" or profile is not None:
             raise InputError("probability-based tiling is a CPU option (GPU walks take "
                              "tile_size with uniform tiling)")
-        return compile_gpu(model, target, schedule, representation, precision, tile_size)
+        return compile_gpu(model, target, schedule, representation, precision, tile_size,
+                           tiling)
     forest = load(model)
     if (isinstance(schedule, str) and schedule.strip() == "auto") or \
             hasattr(schedule, "compile_kwargs"):
