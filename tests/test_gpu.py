@@ -28,6 +28,7 @@ from silvanforge.schedule import named
 from silvanforge.schedule.library import GPU_SCHEDULES
 
 from test_forest import forest_of, random_forests, stump
+from test_representations import category_forest
 from test_tiled_compile import skewed_forest
 from util import assert_parity, probe_rows, with_nans
 
@@ -270,3 +271,18 @@ def test_tiled_walks_on_opencl_and_nvrtc(opencl, nvrtc, representation, tile_siz
                                    rtol=1e-12, atol=1e-12)
         ptx = nvrtc(CUDARenderer().render(p.program))
         assert ".entry" in ptx
+
+
+@pytest.mark.parametrize("precision", ["float32", "float64"])
+def test_category_masks_on_opencl_and_nvrtc(opencl, nvrtc, precision):
+    """Category sets kept in threshold bits (bitcasts in both languages), the float32
+    ones including a mask whose bits read as a signalling NaN."""
+    sets = [list(range(23, 32)), [0, 5], list(range(23, 31)) + [0]]
+    model = category_forest(sets)
+    p = silvanforge.compile(model, target="opencl", precision=precision)
+    assert p.representation.spec.category_mask
+    X = np.array([[c] for c in range(-1, 34)] + [[np.nan], [0.5]], dtype=np.float32)
+    np.testing.assert_array_equal(p.predict(X, output="margin"),
+                                  reference.predict(model, X, output="margin"))
+    ptx = nvrtc(CUDARenderer().render(p.program))
+    assert ".entry" in ptx

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import silvanforge
 from silvanforge import reference
 from silvanforge.errors import SilvanForgeError, UnsupportedModelError
 from silvanforge.lir import ir
@@ -32,8 +33,9 @@ from silvanforge.hir import MAX_TILE_SIZE, tile_uniform
 VALUES = np.array([-2.5, -1.0, -0.7, -0.0, 0.0, 1e-36, ZERO_THRESHOLD, 0.1, 1 / 3, 0.5,
                    1.0, 2.0, 3.0, 7.0, 31.0, 32.0, 40.0, 1e300])
 ODD_INPUTS = np.array([np.nan, np.inf, -np.inf, -1e-36, 33.0, 1e9, -3.0, 0.3])
-# Small sets near word boundaries; 0 often, so that -0.7 tells the category rules apart.
-CATEGORIES = np.array([0, 1, 2, 5, 31, 32, 40])
+# Small sets near word boundaries (and near 64, where sets stop fitting a float64
+# threshold's bits); 0 often, so that -0.7 tells the category rules apart.
+CATEGORIES = np.array([0, 1, 2, 5, 31, 32, 40, 63, 64, 100])
 
 
 # ---- a walk kernel ------------------------------------------------------------------
@@ -297,6 +299,45 @@ def test_mixed_forest_reads_flags():
     assert "model_flags" in buffers_read(e) and "model_flags" in rep.buffers
 
 
+def category_forest(sets: list[list[int]], input_dtype=np.float32):
+    """One tree per set: a categorical split on feature 0 over that set."""
+    trees = [Tree(left=[1, -1, -1], right=[2, -1, -1], feature=[0, 0, 0],
+                  threshold=[0.0, 0, 0], leaf_value=[0, 1, 2], split_op=[OP_CAT, 0, 0],
+                  categories={0: s}) for s in sets]
+    return build_forest(trees, n_features=1, n_outputs=1, input_dtype=input_dtype)
+
+
+@pytest.mark.parametrize("sets, precision, masked", [
+    ([[0, 31], [5]], "float32", True), ([[0, 32]], "float32", False),
+    ([[0, 32, 63]], "float64", True), ([[64], [1]], "float64", False)])
+def test_category_sets_live_in_the_threshold_when_they_fit(sets, precision, masked):
+    forest = category_forest(sets)
+    rep = REGISTRY["sparse"](forest, precision)
+    assert rep.spec.category_mask is masked
+    assert ("model_cat_bitset" in rep.buffers) is not masked
+    e = rep.go_left(ir.i64(0), ir.i64(0), row_value)
+    assert buffers_read(e) == {"x", "model_feature"} | ({"model_threshold"} if masked else
+                                                        {"model_cat_offset", "model_cat_words",
+                                                         "model_cat_bitset"})
+    rows = np.array([[c] for c in [-1, 0, 0.5, 5, 31, 31.9, 32, 63, 64, 200, np.nan]])
+    check_against_reference(rep, rows)
+
+
+@pytest.mark.parametrize("name", sorted(REGISTRY))
+def test_a_mask_that_reads_as_a_signalling_nan_keeps_its_bits(name):
+    # Categories 23-31 set and 22 clear: the float32 exponent is all ones and the quiet
+    # bit clear. A conversion through float64 anywhere would set bit 22.
+    sets = [list(range(23, 32)), list(range(23, 31)) + [0]]
+    forest = category_forest(sets)
+    rep = REGISTRY[name](forest, "float32")
+    assert rep.spec.category_mask
+    rows = np.array([[c] for c in range(-1, 34)] + [[np.nan]], dtype=np.float32)
+    check_against_reference(rep, rows)
+    compiled = silvanforge.compile(forest, representation=name, precision="float32")
+    np.testing.assert_array_equal(compiled.predict(rows, output="margin"),
+                                  reference.predict(forest, rows, output="margin"))
+
+
 @settings(max_examples=300)
 @given(t=st.floats(allow_nan=False, width=64) | st.sampled_from(list(VALUES)),
        x=st.floats(width=32), step=st.integers(-2, 2))
@@ -355,6 +396,8 @@ def evaluate(expr: ir.Expr):
     (ir.BinOp("add", ir.Const(16777216.0, ir.F32), ir.Const(1.0, ir.F32)), 16777216.0),
     (ir.BinOp("min", ir.Const(float("nan"), ir.F64), ir.Const(1.0, ir.F64)), 1.0),
     (ir.Math("trunc", ir.Const(-0.7, ir.F64)), 0.0),
+    (ir.Bitcast(ir.Const(-2.0, ir.F64), ir.I64), -0x4000000000000000),
+    (ir.Bitcast(ir.Const(1, ir.I32), ir.F32), np.float32(1.4e-45)),
 ])
 def test_interpreter_semantics(expr, expected):
     assert evaluate(expr) == expected

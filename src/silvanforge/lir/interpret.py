@@ -249,6 +249,14 @@ def _cast(e: ir.Cast, env: _Env) -> Any:
     return _wrap(int(value), dst.bits)
 
 
+def _bitcast(e: ir.Bitcast, env: _Env) -> Any:
+    src, dst = e.a.dtype, e.dtype
+    if src.bits != dst.bits or ir.BOOL in (src, dst):
+        raise TypeError(f"bitcast between types of different widths in {e}")
+    bits = np.array(_eval(e.a, env), dtype=NUMPY_DTYPES[src]).view(NUMPY_DTYPES[dst])[()]
+    return _coerce(bits, dst)
+
+
 def _load(e: ir.Load, env: _Env) -> Any:
     array = env.buffers[e.buffer.name]
     return _coerce(array[_index(e.buffer, e.index, array, env)], e.buffer.dtype)
@@ -274,6 +282,7 @@ _EVAL: dict[type, Callable[[Any, _Env], Any]] = {
     ir.IsNaN: lambda e, env: bool(np.isnan(_eval(e.a, env))),
     ir.Select: _select,
     ir.Cast: _cast,
+    ir.Bitcast: _bitcast,
     ir.Math: lambda e, env: _MATH[e.func](_eval(e.a, env)),
     ir.ThreadIndex: lambda e, env: _thread_index(e, env),
 }

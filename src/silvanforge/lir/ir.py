@@ -141,6 +141,14 @@ class Cast(Expr):
 
 
 @dataclass(frozen=True)
+class Bitcast(Expr):
+    """The bits of ``a`` read as ``dtype`` of the same width (f64 ↔ i64, f32 ↔ i32)."""
+
+    a: Expr
+    dtype: DType
+
+
+@dataclass(frozen=True)
 class Math(Expr):
     func: str
     a: Expr

@@ -63,6 +63,8 @@ def format_expr(e: ir.Expr) -> str:
         return f"({format_expr(e.cond)} ? {format_expr(e.a)} : {format_expr(e.b)})"
     if isinstance(e, ir.Cast):
         return f"({e.dtype.name}){format_expr(e.a)}"
+    if isinstance(e, ir.Bitcast):
+        return f"bitcast<{e.dtype.name}>({format_expr(e.a)})"
     if isinstance(e, ir.Math):
         return f"{e.func}({format_expr(e.a)})"
     if isinstance(e, ir.ThreadIndex):

@@ -10,7 +10,8 @@ The split test is :func:`decision.go_left` itself, specialised per node: a node'
 operator, missing rule and default direction become the spec's only ones, so each node
 gets exactly its own test (``!(x >= t)`` for ``<`` with NaN going left) and missing
 values, categories and float32 threshold rounding are those of the table layouts by
-construction. Category sets stay in the ``cat_bitset`` buffer.
+construction. Category sets are mask constants when they fit (see :mod:`.decision`),
+else they stay in the ``cat_bitset`` buffer.
 
 The layout underneath is :class:`SparseRepresentation`: walks reach its leaf handles, so
 leaf values (linear leaves included) and reductions are the table layouts', and the
@@ -66,6 +67,12 @@ class CodeRepresentation(SparseRepresentation):
             "missing": forest.missing.tolist(), "default_left": forest.default_left.tolist(),
             "cat_offset": forest.cat_offset.tolist(), "cat_words": forest.cat_words.tolist(),
             "threshold": threshold.tolist(), "handle": handle.tolist()}
+        if self.spec.category_mask:
+            masks = decision.category_masks(forest, np.arange(forest.n_nodes),
+                                            self.spec.compare.bits)
+            # As the signed integers of the mask type: LIR constants are two's complement.
+            self._nodes["cat_mask"] = masks.view(
+                np.int64 if masks.dtype == np.uint64 else np.int32).tolist()
         # Per (operator, missing rule, default direction): the spec of one node's test.
         self._specs: dict[tuple[int, int, bool], decision.DecisionSpec] = {}
 
@@ -135,12 +142,15 @@ class CodeRepresentation(SparseRepresentation):
             spec = self._specs[key] = replace(self.spec, ops=(key[0],), missing=(key[1],),
                                               default_left=key[2])
 
-        def i32(field: str) -> ir.Expr | None:
-            return ir.Const(nodes[field][n], ir.I32) if cat else None
+        def constant(field: str, dtype: ir.DType = ir.I32) -> ir.Expr | None:
+            return ir.Const(nodes[field][n], dtype) if cat else None
 
+        masked = self.spec.category_mask
         loads = decision.NodeLoads(
             feature=ir.i64(feature),
             threshold=ir.Const(nodes["threshold"][n], spec.compare),
-            cat_offset=i32("cat_offset"), cat_words=i32("cat_words"),
-            cat_bitset=self._buffer("cat_bitset") if cat else None)
+            cat_offset=None if masked else constant("cat_offset"),
+            cat_words=None if masked else constant("cat_words"),
+            cat_bitset=self._buffer("cat_bitset") if cat and not masked else None,
+            cat_mask=constant("cat_mask", spec.mask_type) if masked else None)
         return decision.go_left(spec, loads, lambda _: x)

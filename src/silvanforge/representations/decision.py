@@ -11,6 +11,14 @@ Precision ``"float32"`` (float32 inputs only) stores float32 thresholds rounded 
 operator so that every comparison of a float32 input gives the float64 answer:
 ``x <= t ⟺ x <= round_down(t)``, ``x < t ⟺ x < round_up(t)``, and ``x == t`` only when
 ``t`` is a float32 (else the stored threshold is NaN, which equals nothing).
+
+A categorical split whose set holds only categories below the threshold's width (64 in
+float64, 32 in float32) keeps the set in its threshold slot, as the bits of a mask
+(:attr:`DecisionSpec.category_mask`, chosen when every categorical split qualifies): the
+test then loads nothing beyond the node's threshold. Larger sets live in a bitset buffer
+reached through per-node offsets, three more loads per step (measured on a LightGBM model
+of 1000 trees with 10% categorical splits, sparse walks: 27.6 µs a row through bitsets,
+25.5 µs with masks).
 """
 
 from __future__ import annotations
@@ -49,6 +57,8 @@ class DecisionSpec:
     negative_category: str
     compare: ir.DType             # threshold and comparison type
     input: ir.DType               # type of the row values the kernel receives
+    # Category sets as masks in the threshold's bits (every set fits), not in a bitset.
+    category_mask: bool = False
 
     @classmethod
     def of(cls, forest: Forest, precision: str) -> "DecisionSpec":
@@ -61,6 +71,7 @@ class DecisionSpec:
                 f"compares {forest.input_dtype} (its thresholds would not stay exact)")
         internal = ~forest.is_leaf
         defaults = np.unique(forest.default_left[internal])
+        compare = PRECISIONS[precision]
         return cls(
             ops=tuple(np.unique(forest.split_op[internal]).tolist()) or (OP_LT,),
             missing=tuple(np.unique(forest.missing[internal]).tolist()) or (MISSING_NAN,),
@@ -68,8 +79,14 @@ class DecisionSpec:
             (False if len(defaults) == 0 else None),
             category_rule=forest.category_rule,
             negative_category=forest.negative_category,
-            compare=PRECISIONS[precision],
-            input=_INPUT[forest.input_dtype])
+            compare=compare,
+            input=_INPUT[forest.input_dtype],
+            category_mask=_sets_fit(forest, internal, compare.bits))
+
+    @property
+    def mask_type(self) -> ir.DType:
+        """The integer type of category masks (the threshold's width)."""
+        return _MASK[self.compare]
 
     @property
     def has_categorical(self) -> bool:
@@ -79,6 +96,39 @@ class DecisionSpec:
     def needs_flags(self) -> bool:
         """Whether the test reads the packed flags (operator, rule or direction vary)."""
         return len(self.ops) > 1 or len(self.missing) > 1 or self.default_left is None
+
+
+_MASK = {ir.F64: ir.I64, ir.F32: ir.I32}
+
+
+def _sets_fit(forest: Forest, internal: np.ndarray, bits: int) -> bool:
+    """Whether some split is categorical and every category set holds only categories
+    below ``bits``."""
+    cat = np.flatnonzero(internal & (forest.split_op == OP_CAT))
+    if len(cat) == 0:
+        return False
+    kept = bits // 32
+    for node in cat[forest.cat_words[cat] > kept]:
+        start = int(forest.cat_offset[node])
+        if forest.cat_bitset[start + kept:start + int(forest.cat_words[node])].any():
+            return False
+    return True
+
+
+def category_masks(forest: Forest, nodes: np.ndarray, bits: int) -> np.ndarray:
+    """The category set of each global node in ``nodes`` as an unsigned ``bits``-bit mask
+    of its categories below ``bits`` (0 for other nodes and padding)."""
+    masks = np.zeros(len(nodes), dtype=np.uint64)
+    real = nodes >= 0
+    n = np.maximum(nodes, 0)
+    cat = real & (forest.split_op[n] == OP_CAT) & ~forest.is_leaf[n]
+    for word in range(bits // 32):
+        has = cat & (forest.cat_words[n] > word)
+        at = np.where(has, forest.cat_offset[n] + word, 0)
+        words = forest.cat_bitset[at].astype(np.uint64) if len(forest.cat_bitset) \
+            else np.zeros(len(nodes), dtype=np.uint64)
+        masks |= np.where(has, words, 0).astype(np.uint64) << np.uint64(32 * word)
+    return masks.astype(np.uint32) if bits == 32 else masks
 
 
 # ---- node fields as numpy arrays ----------------------------------------------------
@@ -125,15 +175,22 @@ def node_arrays(forest: Forest, spec: DecisionSpec, nodes: np.ndarray, *,
     n = np.maximum(nodes, 0)
     leaf = real & forest.is_leaf[n]
     split = real & ~leaf
+    threshold = np.where(split, thresholds(forest, spec, nodes), 0) \
+        .astype(np.float32 if spec.compare == ir.F32 else np.float64)
+    if spec.category_mask:
+        # The mask's bits, not its value: a view, never a conversion (which could quiet
+        # a mask that reads as a signalling NaN).
+        cat = split & (forest.split_op[n] == OP_CAT)
+        bits = threshold.view(np.uint32 if spec.compare == ir.F32 else np.uint64)
+        bits[cat] = category_masks(forest, nodes, spec.compare.bits)[cat]
     arrays = {"feature": np.where(split, forest.feature[n], 0).astype(np.int32),
-              "threshold": np.where(split, thresholds(forest, spec, nodes), 0)
-              .astype(np.float32 if spec.compare == ir.F32 else np.float64)}
+              "threshold": threshold}
     if spec.needs_flags or leaf_bit:
         flags = (forest.split_op[n].astype(np.int32) << OP_SHIFT
                  | forest.missing[n].astype(np.int32) << MISSING_SHIFT
                  | forest.default_left[n].astype(np.int32) << DEFAULT_LEFT_BIT)
         arrays["flags"] = (np.where(split, flags, 0) | leaf << LEAF_BIT).astype(np.int8)
-    if spec.has_categorical:
+    if spec.has_categorical and not spec.category_mask:
         if len(forest.cat_bitset) >= 2**31 - 1:
             raise SilvanForgeError("category bitsets of 2^31 words or more are not "
                                    "supported")
@@ -151,7 +208,8 @@ def node_arrays(forest: Forest, spec: DecisionSpec, nodes: np.ndarray, *,
 
 @dataclass(frozen=True)
 class NodeLoads:
-    """LIR loads of one node's fields; those the spec does not need are never emitted."""
+    """LIR loads of one node's fields; those the spec does not need are never emitted.
+    ``cat_mask`` (an integer of the spec's mask type) defaults to the threshold's bits."""
 
     feature: ir.Expr
     threshold: ir.Expr
@@ -159,6 +217,7 @@ class NodeLoads:
     cat_offset: ir.Expr | None = None
     cat_words: ir.Expr | None = None
     cat_bitset: ir.Buffer | None = None
+    cat_mask: ir.Expr | None = None
 
 
 def _and(a: ir.Expr, b: ir.Expr) -> ir.Expr:
@@ -254,11 +313,21 @@ def _category_test(spec: DecisionSpec, loads: NodeLoads,
     zero = ir.Const(0.0, F)
     c = ir.Math("trunc", x)
     negative = ir.Cmp("lt", c if spec.category_rule == "truncate" else x, zero)
-    limit = ir.Cast(ir.BinOp("mul", loads.cat_words, ir.Const(32, ir.I32)), F)
+    if spec.category_mask:
+        limit: ir.Expr = ir.Const(float(F.bits), F)
+    else:
+        limit = ir.Cast(ir.BinOp("mul", loads.cat_words, ir.Const(32, ir.I32)), F)
     # Ordered compares: a NaN or an infinity fails `c < limit`, so no isfinite needed.
     valid = _and(ir.Not(negative), ir.Cmp("lt", c, limit))
     if spec.category_rule == "exact":
         valid = _and(valid, ir.Cmp("eq", c, x))
+    if spec.category_mask:
+        M = spec.mask_type
+        mask = loads.cat_mask if loads.cat_mask is not None else \
+            ir.Bitcast(loads.threshold, M)
+        shift = ir.Cast(ir.Select(valid, c, zero), M)
+        bit = ir.BinOp("and", ir.BinOp("lshr", mask, shift), ir.Const(1, M))
+        return _and(valid, ir.Cmp("ne", bit, ir.Const(0, M))), negative
     # Cast only a value known to fit; invalid values read word 0 of the set, in bounds.
     category = ir.Cast(ir.Select(valid, c, zero), ir.I64)
     word = ir.Load(loads.cat_bitset, ir.BinOp(

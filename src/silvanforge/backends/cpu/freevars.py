@@ -17,7 +17,7 @@ from ...lir import ir
 _EXPR_CHILDREN = {
     ir.Const: (), ir.Var: (), ir.Load: ("index",), ir.BinOp: ("a", "b"),
     ir.Cmp: ("a", "b"), ir.Not: ("a",), ir.IsNaN: ("a",), ir.Select: ("cond", "a", "b"),
-    ir.Cast: ("a",), ir.Math: ("a",),
+    ir.Cast: ("a",), ir.Bitcast: ("a",), ir.Math: ("a",),
 }
 _STMT_EXPRS = {
     ir.Declare: ("init",), ir.Assign: ("value",), ir.Store: ("index", "value"),

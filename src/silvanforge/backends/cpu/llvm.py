@@ -224,6 +224,11 @@ class _FunctionBuilder:
             return self.b.trunc(a, to)
         return self.b.zext(a, to) if src == ir.BOOL else self.b.sext(a, to)
 
+    def _e_Bitcast(self, e: ir.Bitcast) -> ll.Value:
+        if e.a.dtype.bits != e.dtype.bits or e.a.dtype == ir.BOOL:
+            raise BackendError(f"bitcast from {e.a.dtype} to {e.dtype}: widths differ")
+        return self.b.bitcast(self.expr(e.a), llvm_type(e.dtype))
+
     def _e_Math(self, e: ir.Math) -> ll.Value:
         a = self.expr(e.a)
         if not e.dtype.is_float:

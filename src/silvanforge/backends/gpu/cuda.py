@@ -31,6 +31,8 @@ class CUDARenderer(CStyleRenderer):
     thread_index = {"thread": "threadIdx.{dim}", "block": "blockIdx.{dim}",
                     "block_dim": "blockDim.{dim}", "grid_dim": "gridDim.{dim}"}
     int64_suffix = "LL"
+    bitcast = {(ir.F64, ir.I64): "__double_as_longlong", (ir.I64, ir.F64): "__longlong_as_double",
+               (ir.F32, ir.I32): "__float_as_int", (ir.I32, ir.F32): "__int_as_float"}
 
     def preamble(self, program: Program) -> str:
         return "#define INFINITY __longlong_as_double(0x7ff0000000000000LL)\n" \

@@ -36,6 +36,8 @@ class OpenCLRenderer(CStyleRenderer):
     barrier = "barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE)"
     thread_index = {"thread": "get_local_id({dim})", "block": "get_group_id({dim})",
                     "block_dim": "get_local_size({dim})", "grid_dim": "get_num_groups({dim})"}
+    bitcast = {(ir.F64, ir.I64): "as_long", (ir.I64, ir.F64): "as_double",
+               (ir.F32, ir.I32): "as_int", (ir.I32, ir.F32): "as_float"}
 
     def _e_ThreadIndex(self, e: ir.ThreadIndex) -> str:
         index = self.thread_index[e.kind].format(dim="xyz".index(e.dim))

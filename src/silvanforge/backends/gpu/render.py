@@ -51,6 +51,7 @@ class CStyleRenderer:
     shared_prefix: ClassVar[str]
     barrier: ClassVar[str]
     thread_index: ClassVar[dict[str, str]]   # ThreadIndex kind -> spelling with {dim}
+    bitcast: ClassVar[dict[tuple[ir.DType, ir.DType], str]]  # (from, to) -> function
     int64_suffix: ClassVar[str] = "L"
     indent: ClassVar[str] = "  "
 
@@ -131,6 +132,9 @@ class CStyleRenderer:
 
     def _e_Cast(self, e: ir.Cast) -> str:
         return f"(({self.types[e.dtype]}){self.expr(e.a)})"
+
+    def _e_Bitcast(self, e: ir.Bitcast) -> str:
+        return f"{self.bitcast[e.a.dtype, e.dtype]}({self.expr(e.a)})"
 
     def _e_Math(self, e: ir.Math) -> str:
         return f"{e.func}({self.expr(e.a)})"
