@@ -248,13 +248,13 @@ def test_inputs_are_not_copied_when_they_fit(forest, monkeypatch):
     predictor = silvanforge.compile(forest, n_jobs=1)
     X = np.ascontiguousarray(np.random.default_rng(0).normal(size=(10, 3)), dtype=np.float32)
     seen = {}
-    original = predictor._sums
+    original = predictor._run
 
-    def spy(rows, threads):
+    def spy(rows, threads, finish):
         seen["rows"] = rows
-        return original(rows, threads)
+        return original(rows, threads, finish)
 
-    monkeypatch.setattr(predictor, "_sums", spy)
+    monkeypatch.setattr(predictor, "_run", spy)
     predictor.predict(X)
     assert seen["rows"] is X
 

@@ -149,6 +149,12 @@ def finish(forest: Forest, sums: np.ndarray, output: str) -> np.ndarray:
         result = averaged + forest.base_score
         if output == "value":
             result = transforms.apply(forest.post_transform, forest.transform_params, result)
+    return shaped(forest, result)
+
+
+def shaped(forest: Forest, result: np.ndarray) -> np.ndarray:
+    """A finished (rows, m) result in the library's shape: one column flattened when the
+    library returns a vector."""
     if forest.flat_output and result.shape[1] == 1:
         return result[:, 0]
     return result

@@ -2,14 +2,14 @@
 
 The kernel this produces has one signature for every schedule and representation::
 
-    predict(rows, n_rows, result, <privatized buffers...>, n_threads, tree_output,
-            <representation buffers...>)
+    predict(rows, n_rows, result, <privatized buffers...>, n_threads, finish,
+            tree_output, <representation buffers...>)
 
 ``rows`` holds ``n_rows`` C-contiguous rows in the forest's input dtype; ``result`` and
 the privatized buffers are float64 and zeroed by the caller (per call: the kernel keeps
 no state, so it is re-entrant); ``tree_output`` gives each tree's first output. The
-kernel adds per-output tree sums into ``result``; averaging, base scores and transforms
-are the caller's (:func:`silvanforge.reference.finish`).
+kernel adds per-output tree sums into ``result``, then finishes them into margins,
+scores or values as ``finish`` says (:mod:`.finish`).
 
 A walk keeps its node in a local variable: ``node = root(t)``, then ``peel_depth`` steps
 without leaf tests, ``unroll_depth`` steps each behind a leaf test, then a loop until a
@@ -29,6 +29,7 @@ from ..mir import ir as mir
 from ..model.forest import Forest
 from ..representations.base import Representation
 from . import ir
+from .finish import epilogue
 
 # Straight-line code for at most this many steps of a walk group of known depth (32 rows
 # through a depth-8 tree take 256); longer ones loop over the steps.
@@ -380,8 +381,16 @@ def lower(fn: mir.Function, forest: Forest, rep: Representation) -> ir.Kernel:
     # The result buffer first, then the privatized ones, in declaration order.
     data_params.sort(key=lambda b: b.name != _name(fn.result))
     body = lowering.body(fn.body)
-    params = [rows, n_rows, *data_params, n_threads, tree_output, *rep.params]
+    finish = ir.Var("finish", ir.I64)
+    # Rows are finished in parallel when the kernel has threads to spare.
+    body += epilogue(forest, data_params[0], n_rows, finish,
+                     n_threads if _parallel(fn.body) else None)
+    params = [rows, n_rows, *data_params, n_threads, finish, tree_output, *rep.params]
     return ir.Kernel(fn.name, params, body)
+
+
+def _parallel(ops: tuple) -> bool:
+    return any(isinstance(op, mir.Loop) and (op.parallel or _parallel(op.body)) for op in ops)
 
 
 def scratch_shapes(fn: mir.Function, n_rows: int, n_outputs: int) -> list[tuple[int, ...]]:

@@ -3,9 +3,11 @@
 A Predictor owns the Forest, the representation's model buffers, and the compiled kernel
 (see :mod:`silvanforge.lir.lower` for its signature). ``predict`` converts the input
 (without a copy when it already is C-contiguous in the model's input dtype), zeroes the
-result and the privatized buffers of this call, runs the kernel, and finishes the sums
-with :func:`silvanforge.reference.finish` — so averaging, base scores, transforms and
-output shapes are the reference's by construction.
+result and the privatized buffers of this call and runs the kernel, which also finishes
+the sums (:mod:`silvanforge.lir.finish`: the reference's averaging, base scores and, for
+the common transforms, the transform, in the same float64 operations); a transform the
+kernel lacks is applied by :mod:`silvanforge.model.transforms`, and the output shape is
+:func:`silvanforge.reference.shaped`'s.
 
 Saved predictors are ``.npz`` archives read with ``allow_pickle=False``: the Forest as
 arrays and JSON, the options, and the object code, which reloads without recompiling
@@ -27,13 +29,14 @@ import numpy as np
 from ..backends.cpu import CompiledKernel, Target, compile_kernel
 from ..errors import BackendError, InputError, ModelFormatError, SilvanForgeError
 from ..frontends import load
-from ..lir import lower as lir_lower
+from ..lir import finish as kernel_finish, lower as lir_lower
 from ..lir.printer import print_lir
 from ..mir import lower as mir_lower, print_mir
 from ..model import serialize
+from ..model import transforms
 from ..model.forest import Forest
 from ..model.inputs import as_rows
-from ..reference import check_output, finish
+from ..reference import check_output, shaped
 from ..hir import plan_tiling, print_plan, uniform_tiling
 from .layout import plan_layout
 from ..representations import REGISTRY
@@ -41,7 +44,9 @@ from ..representations.tiled import TILED
 from ..schedule import Schedule, named
 from ..schedule.library import LIBRARY
 
-FORMAT_VERSION = 1
+# 2: kernels finish their rows (a ``finish`` argument). Format 1 archives load with
+# their code rebuilt.
+FORMAT_VERSION = 2
 DUMP_LEVELS = ("hir", "mir", "lir", "llvm")
 
 
@@ -219,6 +224,7 @@ class Predictor(ForestShape):
         # (``ndarray.ctypes`` costs about a microsecond each).
         self._model_arrays = model_arrays(forest, self.representation)
         self._model_args = [a.ctypes.data for a in self._model_arrays]
+        self._kernel_transform = forest.post_transform in kernel_finish.KERNEL_TRANSFORMS
 
     @property
     def schedule(self) -> Schedule:
@@ -250,9 +256,16 @@ class Predictor(ForestShape):
         threads = self.options.n_jobs if n_jobs is None else int(n_jobs)
         if threads < 1:
             raise InputError(f"n_jobs must be at least 1, not {threads}")
-        return finish(self.forest, self._sums(rows, threads), output)
+        f = self.forest
+        if output == "margin":
+            return shaped(f, self._run(rows, threads, kernel_finish.MARGIN))
+        if self._kernel_transform:
+            return shaped(f, self._run(rows, threads, kernel_finish.VALUE))
+        return shaped(f, transforms.apply(f.post_transform, f.transform_params,
+                                          self._run(rows, threads, kernel_finish.SCORE)))
 
-    def _sums(self, rows: np.ndarray, threads: int) -> np.ndarray:
+    def _run(self, rows: np.ndarray, threads: int, finish: int) -> np.ndarray:
+        """The kernel's result for ``rows``, finished as ``finish`` says."""
         n = len(rows)
         result = np.zeros((n, self.forest.n_outputs))
         if n == 0:
@@ -266,7 +279,8 @@ class Predictor(ForestShape):
         scratch = [np.zeros(s) for s in lir_lower.scratch_shapes(
             kernel.mir, n, self.forest.n_outputs)] if kernel.has_scratch else []
         kernel.code.function(_address(rows), n, _address(result),
-                             *[_address(s) for s in scratch], threads, *self._model_args)
+                             *[_address(s) for s in scratch], threads, finish,
+                             *self._model_args)
         return result
 
     def dump(self, level: str) -> str:
@@ -312,9 +326,9 @@ class Predictor(ForestShape):
         try:
             archive = np.load(io.BytesIO(data), allow_pickle=False)
             header = serialize.loads_meta(archive["header"])
-            if header.get("format") != FORMAT_VERSION:
-                raise ModelFormatError(f"predictor format {header.get('format')!r} is not "
-                                       f"{FORMAT_VERSION}")
+            fmt = header.get("format")
+            if fmt not in (1, FORMAT_VERSION):
+                raise ModelFormatError(f"predictor format {fmt!r} is not {FORMAT_VERSION}")
             arrays = {k[len("forest_"):]: archive[k] for k in archive.files
                       if k.startswith("forest_")}
             forest = serialize.from_arrays(arrays, header["forest"])
@@ -322,6 +336,10 @@ class Predictor(ForestShape):
             target = Target(*header["target"])
             codes = tuple(archive[f"object_code_{i}"].tobytes()
                           for i in range(1 + bool(options.small_schedule)))
+            if fmt != FORMAT_VERSION:
+                warnings.warn(f"predictor saved in format {fmt} (an older SilvanForge): "
+                              "recompiling its kernels", stacklevel=3)
+                codes = ()
             node_tile = archive["node_tile"] if "node_tile" in archive.files else None
         except SilvanForgeError:
             raise

@@ -1,0 +1,81 @@
+"""The kernel's epilogue (lir/finish.py): compiled margins and values match the
+reference for every post-transform — those the kernel applies and those left to numpy —
+with and without averaging, in the small-batch and the main kernel, on one thread and
+two."""
+
+from __future__ import annotations
+
+import io
+import warnings
+
+import numpy as np
+import pytest
+
+import silvanforge
+from silvanforge import reference
+from silvanforge.lir.finish import KERNEL_TRANSFORMS
+from silvanforge.model import serialize, transforms
+from silvanforge.runtime.predictor import FORMAT_VERSION, Predictor
+
+from test_forest import forest_of, stump
+
+# (transform, outputs, parameters)
+CASES = [
+    ("identity", 1, {}), ("identity", 3, {}), ("sigmoid", 1, {}),
+    ("sigmoid", 1, {"alpha": 0.5}), ("exp", 1, {}), ("log1p_exp", 1, {}),
+    ("signed_square", 1, {}), ("hinge", 1, {}), ("softmax", 3, {}), ("argmax", 3, {}),
+    ("sigmoid_pair", 1, {}), ("isolation_score", 1, {"c": 2.5, "offset": 0.5}),
+    ("onnx_softmax_zero", 3, {}), ("onnx_binary_logistic", 2, {}),
+]
+
+
+def model(name: str, outputs: int, params: dict, average: bool, in_margin: bool):
+    trees = [stump(feature=k % 3, threshold=0.2 * k - 1, values=(0.3 * k, -0.7 * k),
+                   output=k % outputs) for k in range(1, 14)]
+    return forest_of(*trees, n_features=3, n_outputs=outputs,
+                     base_score=[0.25 * (k + 1) for k in range(outputs)],
+                     post_transform=name, transform_params=params, average=average,
+                     average_in_margin=in_margin)
+
+
+def test_the_cases_cover_every_kernel_transform():
+    assert KERNEL_TRANSFORMS <= {name for name, _, _ in CASES}
+    assert set(transforms.TRANSFORMS) - {name for name, _, _ in CASES} <= {
+        "isolation_label", "onnx_probit"}
+
+
+@pytest.mark.parametrize("average, in_margin", [(False, True), (True, True), (True, False)])
+@pytest.mark.parametrize("name, outputs, params", CASES)
+def test_compiled_outputs_match_the_reference(name, outputs, params, average, in_margin):
+    forest = model(name, outputs, params, average, in_margin)
+    rng = np.random.default_rng(outputs)
+    for jobs in (1, 2):
+        predictor = silvanforge.compile(forest, n_jobs=jobs)
+        for n in (1, 5, 300):  # the small-batch kernel, then the main one (threaded)
+            X = rng.normal(0, 2, size=(n, 3))
+            X[::7, 1] = np.nan
+            margin = predictor.predict(X, output="margin")
+            np.testing.assert_allclose(margin, reference.predict(forest, X, "margin"),
+                                       rtol=1e-12, atol=1e-15)
+            np.testing.assert_allclose(predictor.predict(X), reference.predict(forest, X),
+                                       rtol=1e-12, atol=1e-15, err_msg=f"{n} rows")
+
+
+def test_a_format_1_archive_is_recompiled_with_a_warning():
+    forest = model("sigmoid", 1, {}, False, True)
+    predictor = silvanforge.compile(forest, n_jobs=1)
+    archive = dict(np.load(io.BytesIO(predictor.to_bytes()), allow_pickle=False))
+    header = serialize.loads_meta(archive["header"])
+    assert header["format"] == FORMAT_VERSION == 2
+    header["format"] = 1
+    archive["header"] = serialize.dumps_meta(header)
+    buf = io.BytesIO()
+    np.savez(buf, **archive)
+    with pytest.warns(UserWarning, match="format 1.*recompiling"):
+        old = Predictor.from_bytes(buf.getvalue())
+    X = np.random.default_rng(0).normal(size=(20, 3))
+    np.testing.assert_allclose(old.predict(X), reference.predict(forest, X), rtol=1e-12)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        again = Predictor.from_bytes(old.to_bytes())
+    np.testing.assert_array_equal(again.predict(X), old.predict(X))
