@@ -176,14 +176,14 @@ def test_peel_walk_checked_against_forest():
     stump = Tree([-1], [-1], [0], [0.0], [1.0])
     shallow = Tree([1, -1, -1], [2, -1, -1], [0, 0, 0], [0.0, 0, 0], [0, 1.0, 2.0])
     forest = build_forest([stump, shallow, shallow], n_features=3, n_outputs=1)
-    with pytest.raises(ScheduleError, match="tree 0 has a leaf at depth 0"):
+    with pytest.raises(ScheduleError, match="tree 0 has a leaf 0 step"):
         lower(forest, Schedule.parse("peelWalk(tree, 1)"))
     # Split: only the trees in the part's range are checked.
     split = "reorder(tree, batch)\nsplit(tree, a, b, 1)\n"
     fn = lower(forest, Schedule.parse(split + "peelWalk(batch.b, 1)"))
     X = np.zeros((3, 3))
     np.testing.assert_allclose(interpret(fn, forest, X), sums(forest, X))
-    with pytest.raises(ScheduleError, match="tree 1 has a leaf at depth 1"):
+    with pytest.raises(ScheduleError, match="tree 1 has a leaf 1 step"):
         lower(forest, Schedule.parse(split + "peelWalk(batch.b, 2)"))
 
 

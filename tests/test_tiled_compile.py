@@ -14,7 +14,7 @@ from test_representations import forests, random_rows
 
 import silvanforge
 from silvanforge import reference
-from silvanforge.errors import InputError, ModelFormatError, SilvanForgeError
+from silvanforge.errors import InputError, ModelFormatError, ScheduleError, SilvanForgeError
 from silvanforge.hir import MAX_TILE_SIZE, leaf_counts, peel_depths, plan_tiling
 from silvanforge.model import Tree, build_forest
 from silvanforge.runtime.layout import PEEL_COVERAGE, grouped_schedule
@@ -142,3 +142,24 @@ def test_tiled_layouts_report_their_size():
     lut = predictor.representation.buffers["model_lut"]
     assert len(lut) == predictor.representation.n_shapes * 2 ** 3
     assert predictor.representation.n_shapes < 5
+
+
+@pytest.mark.parametrize("target", ["cpu", "opencl"])
+def test_peeling_counts_tile_steps_not_node_depth(target):
+    """Complete trees of depth 3: peeling 2 steps is safe node by node, but a tile of 3
+    nodes reaches a leaf exit in 2 steps and one of 7 in 1: the compiler must refuse the
+    schedule rather than step past a leaf."""
+    full = Tree(left=[1, 3, 5, 7, 9, 11, 13] + [-1] * 8,
+                right=[2, 4, 6, 8, 10, 12, 14] + [-1] * 8,
+                feature=[0] * 15, threshold=[0.0, -1, 1, -2, -0.5, 0.5, 2] + [0] * 8,
+                leaf_value=np.arange(15.0))
+    forest = build_forest([full, full], n_features=1, n_outputs=1)
+    schedule = "tile(batch, b0, b1, 4)\nreorder(b0, tree, b1)\npeelWalk(b1, 3)"
+    X = np.linspace(-3, 3, 13)[:, None]
+    ok = silvanforge.compile(forest, schedule=schedule, target=target,
+                             representation="sparse")
+    np.testing.assert_allclose(ok.predict(X), reference.predict(forest, X), rtol=1e-12)
+    for tile_size, steps in ((3, 2), (7, 1)):
+        with pytest.raises(ScheduleError, match=f"{steps} step.*tiles of {tile_size}"):
+            silvanforge.compile(forest, schedule=schedule, target=target,
+                                representation="sparse", tile_size=tile_size)

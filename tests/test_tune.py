@@ -13,6 +13,7 @@ from silvanforge import reference
 from silvanforge.cli import main
 from silvanforge.errors import SilvanForgeWarning
 from silvanforge.representations import REGISTRY
+from silvanforge.representations.tiled import TILED
 from silvanforge.tune import Configuration, cache, explore, heuristic, space
 
 from util import with_nans
@@ -116,6 +117,14 @@ def test_heuristic_points_lie_in_the_space():
         assert short and all(p in every for p in short)
         more = heuristic.refinements(short[:heuristic.KEEP], forest, batch, n_jobs=4)
         assert all(p in every for p in more)
+        # Tiles are tried on a leader whose layout has a tiled form, and only there.
+        tiled = [p for p in more if p.get("tile_size", 1) > 1]
+        assert all(p["representation"] in TILED for p in tiled)
+        assert bool(tiled) == (short[0]["representation"] in TILED)
+    assert {p.get("tile_size", 1) for p in every} == set(space.TILE_SIZES)
+    assert all(space.tiles_fit(p) for p in every)
+    text, options = space.render({**short[0], "tile_size": 3}, forest.n_trees)
+    assert options["tile_size"] == 3
 
 
 def test_exhaustive_search_finds_an_exact_configuration(xgb_model):

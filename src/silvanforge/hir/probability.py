@@ -143,16 +143,7 @@ def tile_depths(plan: TilingPlan) -> np.ndarray:
 
     >>> tile_depths(tile_uniform(forest, 2))                        # doctest: +SKIP
     """
-    tile_depth = np.zeros(plan.n_tiles, dtype=np.int64)
-    first = plan.tile_offsets[:-1]
-    level = first[plan.tile_offsets[1:] > first]
-    d = 1
-    while len(level):
-        tile_depth[level] = d
-        below = plan.exit_tile[level]
-        # Child tiles are reached by one edge each: dummies only repeat leaf exits.
-        level = below[below >= 0]
-        d += 1
+    tile_depth = plan.tile_depths()
     depth = np.where(plan.node_tile >= 0, -1, 0).astype(np.int64)
     tile = np.repeat(np.arange(plan.n_tiles), plan.tile_size + 1)
     leaf = plan.exit_leaf.ravel()

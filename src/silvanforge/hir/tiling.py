@@ -67,6 +67,21 @@ class TilingPlan:
         """The shape tables and LUT of this plan's tile size."""
         return tile_shapes(self.tile_size)
 
+    def tile_depths(self) -> np.ndarray:
+        """Per tile, how many tiles a walk evaluates up to and including it (a root tile
+        1): (n_tiles,) int64."""
+        depth = np.zeros(self.n_tiles, dtype=np.int64)
+        first = self.tile_offsets[:-1]
+        level = first[self.tile_offsets[1:] > first]
+        d = 1
+        while len(level):
+            depth[level] = d
+            below = self.exit_tile[level]
+            # Child tiles are reached by one edge each: dummies only repeat leaf exits.
+            level = below[below >= 0]
+            d += 1
+        return depth
+
 
 def uniform_tiling(forest: Forest, tile_size: int) -> np.ndarray:
     """Greedy uniform tiling: ``node_tile`` labels (-1 for leaves), seed 000 §3.4.

@@ -61,7 +61,7 @@ from ..mir.legalize import covered
 from ..model.forest import Forest
 from ..representations.base import Representation
 from . import ir
-from .lower import _INPUT_DTYPES, _Lowering, _name
+from .lower import _INPUT_DTYPES, _Lowering, _name, check_walks
 
 # Shared memory one block may use: CUDA's static limit, and at least what OpenCL devices
 # offer (PoCL on a CPU gives far more). Caches that would exceed it are not built.
@@ -511,6 +511,7 @@ class _GPULowering(_Lowering):
 
 def lower(fn: mir.Function, forest: Forest, rep: Representation) -> Program:
     """The GPU launches of a legalized MIR function, walking trees through ``rep``."""
+    check_walks(fn, forest, rep)
     rows = ir.Buffer("rows", _INPUT_DTYPES[forest.input_dtype], readonly=True)
     n_rows = ir.Var("n_rows", ir.I64)
     tree_output = ir.Buffer("tree_output", ir.I32, readonly=True)

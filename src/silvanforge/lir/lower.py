@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..mir import ir as mir
+from ..mir.legalize import check_peel
 from ..model.forest import Forest
 from ..representations.base import Representation
 from . import ir
@@ -366,8 +367,17 @@ class _Lowering:
                 ir.For(tail, main, hi, ir.i64(1), lanes(tail, 1))]
 
 
+def check_walks(fn: mir.Function, forest: Forest, rep: Representation) -> None:
+    """Refuse peeled walks that would step past a leaf of ``rep``'s layout (a tile step
+    covers several levels, so peeling safe in nodes can overrun in tiles)."""
+    tiles = getattr(rep, "tile_size", 1)
+    check_peel(fn, forest, rep.shortest_walks(),
+               f" in the {rep.name!r} layout" + (f" with tiles of {tiles}" if tiles > 1 else ""))
+
+
 def lower(fn: mir.Function, forest: Forest, rep: Representation) -> ir.Kernel:
     """The LIR kernel of a legalized MIR function, walking trees through ``rep``."""
+    check_walks(fn, forest, rep)
     rows = ir.Buffer("rows", _INPUT_DTYPES[forest.input_dtype], readonly=True)
     n_rows = ir.Var("n_rows", ir.I64)
     n_threads = ir.Var("n_threads", ir.I64)

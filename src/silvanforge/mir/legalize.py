@@ -140,12 +140,12 @@ def _check_reduce_attrs(ops: tuple[Op, ...]) -> None:
             _check_reduce_attrs(op.body)
 
 
-def check_peel(fn: Function, forest: Forest) -> None:
-    """peelWalk(v, n): every tree a peeled walk can visit has all leaves at depth >= n."""
-    depth = forest.node_depth
-    leaf = forest.is_leaf
-    shallowest = np.array([depth[s][leaf[s]].min() for s in map(forest.tree, range(forest.n_trees))],
-                          dtype=np.int64) if forest.n_trees else np.zeros(0, np.int64)
+def check_peel(fn: Function, forest: Forest, shortest: np.ndarray | None = None,
+               layout: str = "") -> None:
+    """peelWalk(v, n): every tree a peeled walk can visit has all leaves at depth >= n, or,
+    given ``shortest`` (a layout's steps from each root to its nearest leaf; tiles make
+    them fewer than node depths), at least n steps away."""
+    shallowest = forest.shallowest_leaves if shortest is None else shortest
 
     def visit(ops: tuple[Op, ...], loops: tuple[Loop, ...]) -> None:
         for op in ops:
@@ -156,8 +156,9 @@ def check_peel(fn: Function, forest: Forest) -> None:
                 for t in sorted(_tree_values([m.tree for m in members], loops, forest.n_trees)):
                     if shallowest[t] < op.peel_depth:
                         raise ScheduleError(
-                            f"peelWalk(..., {op.peel_depth}): tree {t} has a leaf at depth "
-                            f"{shallowest[t]}; peel at most the shallowest leaf depth")
+                            f"peelWalk(..., {op.peel_depth}): tree {t} has a leaf "
+                            f"{shallowest[t]} step(s) from its root{layout}; peel at most "
+                            "that many steps")
 
     visit(fn.body, ())
 

@@ -210,6 +210,13 @@ class Forest:
         return np.maximum.reduceat(self.node_depth, self.tree_offsets[:-1])
 
     @property
+    def shallowest_leaves(self) -> np.ndarray:
+        """Per tree: the depth of its shallowest leaf (0 for a tree that is a single leaf)."""
+        depth = np.where(self.is_leaf, self.node_depth.astype(np.int64),
+                         np.iinfo(np.int64).max)
+        return np.minimum.reduceat(depth, self.tree_offsets[:-1])
+
+    @property
     def max_depth(self) -> int:
         return int(self.node_depth.max())
 

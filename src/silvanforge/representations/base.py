@@ -72,6 +72,12 @@ class Representation(ABC):
         A walk of known depth needs no leaf tests: it takes exactly that many steps."""
         return None
 
+    def shortest_walks(self) -> np.ndarray:
+        """Per tree, the steps from its root to its nearest leaf ((n_trees,) int64): the
+        most steps a walk may take without leaf tests (``peelWalk``). Single-node layouts
+        take at least a leaf's depth in steps (a hop adds one)."""
+        return self.forest.shallowest_leaves
+
     def walk_code(self, tree: ir.Expr, node: ir.Var,
                   feature_value: FeatureLoader) -> list[ir.Stmt] | None:
         """Statements that walk tree ``tree`` as code and leave the reached leaf's handle

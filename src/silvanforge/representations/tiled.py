@@ -59,6 +59,16 @@ class TiledRepresentation(TableRepresentation):
         self.plan = plan
         self.tile_size = plan.tile_size
 
+    def shortest_walks(self) -> np.ndarray:
+        # A walk takes one step a tile: to its nearest tile with a leaf exit.
+        plan = self.plan
+        depth = np.where((plan.exit_leaf >= 0).any(axis=1), plan.tile_depths(),
+                         np.iinfo(np.int64).max)
+        out = np.zeros(plan.n_trees, dtype=np.int64)  # a tree without tiles: a leaf
+        has = plan.tile_offsets[1:] > plan.tile_offsets[:-1]
+        out[has] = np.minimum.reduceat(depth, plan.tile_offsets[:-1][has])
+        return out
+
     def _add_tiles(self, tile_nodes: np.ndarray, tile_shape: np.ndarray) -> None:
         """Node fields of tile slots (``tile_nodes``: (slots, n) global nodes, -1 for
         dummies) and their LUT rows (``tile_shape``: shape ids, -1 for dummy tiles)."""

@@ -8,8 +8,9 @@ reduction) on the best three. The CPU search here has the same shape:
    representation the trees' shape calls for, walks interleaved and not unrolled, one
    thread per 128 rows;
 2. :func:`refinements`: on the ``KEEP`` fastest of the shortlist, one axis at a time:
-   smaller row blocks, interleaving toggled (small batches only), and the thread counts
-   1 and ``n_jobs`` (free: a thread count needs no compile).
+   smaller row blocks, interleaving toggled (small batches only), tiles of
+   ``space.TILE_SIZES[-1]`` nodes (layouts with a tiled form), and the thread counts 1 and
+   ``n_jobs`` (free: a thread count needs no compile).
 
 The evidence for every rule (exhaustive searches of three 100-tree models at batch 16
 and 1024, 2 threads) is in docs/TUNING.md; each constant below says which rule it is.
@@ -98,14 +99,17 @@ def shortlist(forest: Forest, batch: int, n_jobs: int) -> list[dict[str, Any]]:
     walks = {"interleave": True, "walk": space.WALKS[0]}
     out = []
     for rep in representations(forest):
+        # Untiled walks first: tiles were slower than the default walks on every model
+        # measured (docs/ARCHITECTURE.md, "Tiling"); the second stage tries them.
         if space.emits_code(rep):
             order, extra = "unrolled_trees", {"block": CODE_BLOCK}
         elif batch <= SMALL_BATCH:
             order = "tree_tiles"
-            extra = {"block": _block(order, batch), "tree_tile": TREE_TILE, **walks}
+            extra = {"block": _block(order, batch), "tree_tile": TREE_TILE, **walks,
+                     "tile_size": 1}
         else:
             order = "row_blocks"
-            extra = {"block": _block(order, batch), **walks}
+            extra = {"block": _block(order, batch), **walks, "tile_size": 1}
         out.append({"order": order, **extra, "threads": threads_for(batch, n_jobs),
                     "representation": rep})
     return out
@@ -123,5 +127,7 @@ def refinements(leaders: Sequence[dict[str, Any]], forest: Forest, batch: int,
             out.append({**p, "tree_tile": p["tree_tile"] // 2})
         if "interleave" in p and batch < ALWAYS_INTERLEAVE:
             out.append({**p, "interleave": not p["interleave"]})
+        if p.get("tile_size") == 1 and space.tiles_fit({**p, "tile_size": 0}):
+            out.append({**p, "tile_size": space.TILE_SIZES[-1]})
         out += [{**p, "threads": t} for t in sorted({1, n_jobs}) if t != p["threads"]]
     return [p for i, p in enumerate(out) if p not in out[:i] and p not in leaders]
