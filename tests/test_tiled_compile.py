@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import event, given, settings, strategies as st
 from test_representations import forests, random_rows
 
 import silvanforge
@@ -163,3 +163,26 @@ def test_peeling_counts_tile_steps_not_node_depth(target):
         with pytest.raises(ScheduleError, match=f"{steps} step.*tiles of {tile_size}"):
             silvanforge.compile(forest, schedule=schedule, target=target,
                                 representation="sparse", tile_size=tile_size)
+
+
+@settings(max_examples=30, deadline=None)
+@given(forest=forests(), seed=st.integers(0, 2**32 - 1),
+       tile_size=st.integers(1, MAX_TILE_SIZE), layout=st.sampled_from(["sparse", "array"]),
+       peel=st.integers(1, 4), unroll=st.integers(0, 2))
+def test_peeled_tiled_walks_are_exact_or_refused(forest, seed, tile_size, layout, peel,
+                                                 unroll):
+    """A peel the layout's shortest walk allows compiles and is exact; a deeper one is a
+    ScheduleError, never a walk past a leaf."""
+    schedule = (f"tile(batch, b0, b1, 4)\nreorder(b0, tree, b1)\ninterleave(b1)\n"
+                f"peelWalk(b1, {peel})" + (f"\nunrollWalk(b1, {unroll})" if unroll else ""))
+    try:
+        predictor = silvanforge.compile(forest, schedule=schedule, representation=layout,
+                                        tile_size=tile_size, n_jobs=1)
+    except ScheduleError as exc:
+        assert "peelWalk" in str(exc)
+        event("refused")
+        return
+    except SilvanForgeError:  # a layout too large for this forest
+        return
+    event("compiled")
+    _exact(predictor, forest, random_rows(forest, seed, n=21))
