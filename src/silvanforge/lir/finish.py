@@ -44,7 +44,6 @@ def _sign(v: ir.Expr) -> ir.Expr:
 
 # Elementwise transforms as LIR of one margin value (see model/transforms.py).
 _ELEMENTWISE: dict[str, Callable[[ir.Expr, dict], ir.Expr]] = {
-    "identity": lambda v, p: v,
     "sigmoid": lambda v, p: ir.BinOp("div", _c(1), ir.BinOp("add", _c(1), ir.Math(
         "exp", ir.BinOp("mul", _c(-float(p.get("alpha", 1.0))), v)))),
     "exp": lambda v, p: ir.Math("exp", v),
@@ -52,7 +51,7 @@ _ELEMENTWISE: dict[str, Callable[[ir.Expr, dict], ir.Expr]] = {
     "signed_square": lambda v, p: ir.BinOp("mul", ir.BinOp("mul", _sign(v), v), v),
     "hinge": lambda v, p: ir.Select(ir.Cmp("gt", v, _c(0)), _c(1), _c(0)),
 }
-KERNEL_TRANSFORMS = frozenset(_ELEMENTWISE) | {"softmax"}
+KERNEL_TRANSFORMS = frozenset(_ELEMENTWISE) | {"identity", "softmax"}
 
 
 def epilogue(forest: Forest, result: ir.Buffer, n_rows: ir.Expr, finish: ir.Var,
@@ -83,8 +82,10 @@ def epilogue(forest: Forest, result: ir.Buffer, n_rows: ir.Expr, finish: ir.Var,
         body: list[ir.Stmt] = [ir.If(is_(MARGIN), scores(False), scores(True))]
     else:
         body = scores(forest.average)
-    if forest.post_transform in KERNEL_TRANSFORMS:
-        body.append(ir.If(is_(VALUE), _transform(forest, result, at)))
+    transform = _transform(forest, result, at) \
+        if forest.post_transform in KERNEL_TRANSFORMS else []
+    if transform:  # identity has nothing to add
+        body.append(ir.If(is_(VALUE), transform))
     return [ir.For(row, ir.i64(0), n_rows, ir.i64(1), body, parallel=threads is not None,
                    threads=threads)]
 
@@ -92,9 +93,9 @@ def epilogue(forest: Forest, result: ir.Buffer, n_rows: ir.Expr, finish: ir.Var,
 def _transform(forest: Forest, result: ir.Buffer,
                at: Callable[[int], ir.Expr]) -> list[ir.Stmt]:
     K, name, params = forest.n_outputs, forest.post_transform, forest.transform_params
+    if name == "identity":
+        return []
     if name in _ELEMENTWISE:
-        if name == "identity":
-            return []
         return [ir.Store(result, at(k), _ELEMENTWISE[name](ir.Load(result, at(k)), params))
                 for k in range(K)]
     # softmax: exp(v - max) / sum, as numpy computes it (max, then a left-to-right sum).

@@ -127,7 +127,7 @@ def refinements(leaders: Sequence[dict[str, Any]], forest: Forest, batch: int,
             out.append({**p, "tree_tile": p["tree_tile"] // 2})
         if "interleave" in p and batch < ALWAYS_INTERLEAVE:
             out.append({**p, "interleave": not p["interleave"]})
-        if p.get("tile_size") == 1 and space.tiles_fit({**p, "tile_size": 0}):
+        if p.get("tile_size") == 1 and space.has_tiles(p["representation"]):
             out.append({**p, "tile_size": space.TILE_SIZES[-1]})
         out += [{**p, "threads": t} for t in sorted({1, n_jobs}) if t != p["threads"]]
     return [p for i, p in enumerate(out) if p not in out[:i] and p not in leaders]

@@ -104,9 +104,14 @@ def option_axes(order: str | None = None) -> tuple[Axis, ...]:
     return axes + (Axis("tile_size", TILE_SIZES, option=True),)
 
 
+def has_tiles(representation: str) -> bool:
+    """Whether a representation has a tiled form (takes a tile size above 1)."""
+    return representation in TILED
+
+
 def tiles_fit(point: dict[str, Any]) -> bool:
     """Whether the point's tile size is one its representation can take."""
-    return point.get("tile_size", 1) == 1 or point["representation"] in TILED
+    return point.get("tile_size", 1) == 1 or has_tiles(point["representation"])
 
 
 def points(n_trees: int, n_jobs: int) -> list[dict[str, Any]]:
