@@ -466,3 +466,22 @@ def test_tiled_walk_matches_reference(name, tile_size, forest, seed):
     plan = tile_uniform(forest, tile_size)
     precision = "float32" if forest.input_dtype == np.float32 else "float64"
     check_against_reference(TILED[name](forest, precision, plan), rows)
+
+
+@pytest.mark.parametrize("name", sorted(REGISTRY))
+@pytest.mark.parametrize("default_left", [False, True])
+def test_category_only_forests_keep_each_nodes_missing_rule(name, default_left):
+    """Only categorical splits, NaN and 'none' rules mixed (one spec for both): under
+    'none' a NaN is category 0, in the set here; under 'nan' it is missing and takes
+    the default direction, whatever category 0 says."""
+    tree = Tree(left=[1, -1, 3, -1, -1], right=[2, -1, 4, -1, -1], feature=[0, 0, 1, 0, 0],
+                threshold=[0.0] * 5, leaf_value=[0.0, 1.0, 0.0, 2.0, 3.0],
+                default_left=default_left, missing=[MISSING_NONE, 0, MISSING_NAN, 0, 0],
+                categories={0: [0, 5], 2: [0, 7]})
+    forest = build_forest([tree], n_features=2, n_outputs=1)
+    rows = np.array([[np.nan, np.nan], [np.nan, 0.0], [np.nan, 7.0], [3.0, np.nan],
+                     [3.0, 0.0], [3.0, 1.0], [-1.0, np.nan], [5.0, -2.0]])
+    check_against_reference(REGISTRY[name](forest), rows)
+    compiled = silvanforge.compile(forest, representation=name, n_jobs=1)
+    np.testing.assert_array_equal(compiled.predict(rows, output="margin"),
+                                  reference.predict(forest, rows, output="margin"))

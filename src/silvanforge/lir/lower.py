@@ -50,6 +50,7 @@ class _Walk:
     tree: ir.Expr
     row: ir.Expr
     node: ir.Expr
+    code: bool = False  # walked by the representation's code (``walk_code``)
 
 
 @dataclass
@@ -91,13 +92,14 @@ class _Lowering:
         return f"{stem}{self.counter}"
 
     def feature_loader(self, row: ir.Expr):
-        n_features = ir.i64(self.forest.n_features)
+        return self.row_loader(ir.BinOp("mul", row, ir.i64(self.forest.n_features)))
 
+    def row_loader(self, offset: ir.Expr):
+        """Loads of the features of the row starting at element ``offset``."""
         def load(feature: ir.Expr) -> ir.Expr:
             if feature.dtype != ir.I64:
                 feature = ir.Cast(feature, ir.I64)
-            return ir.Load(self.rows, ir.BinOp("add", ir.BinOp("mul", row, n_features),
-                                               feature))
+            return ir.Load(self.rows, ir.BinOp("add", offset, feature))
         return load
 
     def flat_index(self, name: str, indices: list[ir.Expr]) -> ir.Expr:
@@ -201,14 +203,17 @@ class _Lowering:
             tree, row = self.affine(m.tree), self.affine(m.row)
             counter = self.counter
             node = ir.Var(self.fresh("node"), ir.I64)
-            walk = self.rep.walk_code(tree, node, self.feature_loader(row))
+            # The row's offset once: each node of the code then loads at offset + feature.
+            offset = ir.Var(self.fresh("row_offset"), ir.I64)
+            walk = self.rep.walk_code(tree, node, self.row_loader(offset))
             if walk is None:
                 self.counter = counter  # other layouts name their variables as before
                 return None
             valid = self.cond(m.valid)
             code += [ir.Declare(node, ir.i64(0)),
+                     ir.Declare(offset, ir.BinOp("mul", row, ir.i64(self.forest.n_features))),
                      *(walk if valid is None else [ir.If(valid, walk)])]
-            self.walks[m.result] = _Walk(tree, row, node)
+            self.walks[m.result] = _Walk(tree, row, node, code=True)
         return code
 
     def fixed_walks(self, members: list[mir.WalkMember]) -> list[ir.Stmt]:
@@ -307,7 +312,8 @@ class _Lowering:
             out = first if k == 0 else ir.BinOp("add", first, ir.i64(k))
             index = self.flat_index(op.target, [self.affine(p) for p in op.privatized]
                                     + [walk.row, out])
-            value = self.rep.leaf_value(walk.tree, walk.node, k, loader)
+            read = self.rep.code_leaf_value if walk.code else self.rep.leaf_value
+            value = read(walk.tree, walk.node, k, loader)
             if op.atomic:
                 stmts.append(ir.AtomicAdd(buffer, index, value))
             else:

@@ -80,10 +80,16 @@ class Representation(ABC):
 
     def walk_code(self, tree: ir.Expr, node: ir.Var,
                   feature_value: FeatureLoader) -> list[ir.Stmt] | None:
-        """Statements that walk tree ``tree`` as code and leave the reached leaf's handle
-        in ``node``, for a representation that emits trees as code; None (the default)
+        """Statements that walk tree ``tree`` as code and leave the reached leaf in
+        ``node`` (what :meth:`code_leaf_value` reads), for a representation that emits trees as code; None (the default)
         for layouts walked step by step through :meth:`go_left` and :meth:`child`."""
         return None
+
+    def code_leaf_value(self, tree: ir.Expr, node: ir.Expr, k: int,
+                        feature_value: FeatureLoader) -> ir.Expr:
+        """f64: component ``k`` of the leaf that :meth:`walk_code` left in ``node``
+        (by default a handle, read as :meth:`leaf_value` reads one)."""
+        return self.leaf_value(tree, node, k, feature_value)
 
     def cache_trees(self, start: ir.Expr, stop: ir.Expr) -> list[ir.Stmt]:
         """Statements that bring trees ``start:stop`` close (prefetch on CPUs)."""

@@ -1,23 +1,38 @@
-"""The code representation: each tree as nested branches, thresholds as immediates.
+"""The code representation: each tree as nested branches over the sparse layout.
 
 A table walk is a chain of dependent loads (node → feature index → row value → compare →
-next node), about 4-5 ns a step. Emitted as code, a tree's feature indices and
-thresholds are constants: the address of every row value is known before the walk
-starts, so the CPU runs ahead along predicted branches with no load chain. This is what
-makes lleaves fast on skewed LightGBM trees (mean paths of 3-5 nodes, depths near 10).
+next node), about 4-5 ns a step. Emitted as code, a tree's structure and feature indices
+are constants: the address of every row value is known before the walk starts, so the
+CPU runs ahead along predicted branches with no load chain. This is what makes lleaves
+fast on skewed LightGBM trees (mean paths of 3-5 nodes, depths near 10).
 
-The split test is :func:`decision.go_left` itself, specialised per node: a node's
-operator, missing rule and default direction become the spec's only ones, so each node
-gets exactly its own test (``!(x >= t)`` for ``<`` with NaN going left) and missing
-values, categories and float32 threshold rounding are those of the table layouts by
-construction. Category sets are mask constants when they fit (see :mod:`.decision`),
-else they stay in the ``cat_bitset`` buffer.
+What a node costs (x86-64, 1 thread, interleaved medians; measured on airline-cat- and
+nyc-taxi-like LightGBM models and counted with callgrind):
 
-The layout underneath is :class:`SparseRepresentation`: walks reach its leaf handles, so
-leaf values (linear leaves included) and reductions are the table layouts', and the
-node tables serve whoever walks by the table interface (hand-built LIR kernels, tests).
-A schedule must make tree indices compile-time constants (``unroll``/``specialize`` of
-the tree loop; the named schedule ``code_rows`` does); others are refused with a
+- A row value is loaded by the node that tests it (a walk reads a few of a tree's
+  features; LLVM merges repeated loads on a path). Loading every feature a tree tests
+  up front measured no faster.
+- The threshold is read from the sparse layout's threshold table at a constant offset:
+  x86 float compares take no immediate, and a constant-pool entry under the JIT's large
+  code model costs one more instruction per node than a table slot off a register
+  (2-7% faster than constants).
+- A NaN compared as 0 (missing rule "none") goes where 0 goes, known at compile time
+  from the threshold: the node's test is the NaN rule with that direction, one compare.
+- The split test is :func:`decision.go_left` itself, specialised per node: a node's
+  operator, missing rule and default direction become the spec's only ones, so each node
+  gets exactly its own test and missing values, categories and float32 threshold
+  rounding are those of the table layouts by construction.
+- Category sets are mask immediates when they fit (see :mod:`.decision`), tested against
+  an operand computed once per row value at the tree's entry (LLVM merges those of the
+  trees of one function): a test is an ``and`` and a branch, where recomputing the
+  category at each node took ~12 instructions (airline-cat-like: 3512 -> 3087
+  instructions a row). Larger sets stay in the ``cat_bitset`` buffer.
+- A walk ends in its leaf's value, the float64 bits of an immediate, so the sum needs no
+  load; linear and vector leaves end in the sparse layout's leaf handle.
+
+The node tables serve whoever walks by the table interface (hand-built LIR kernels,
+tests). A schedule must make tree indices compile-time constants (``unroll``/``specialize``
+of the tree loop; the named schedule ``code_rows`` does); others are refused with a
 :class:`ScheduleError`. Code size grows with the forest; the CPU backend splits large
 blocks into separate functions (:mod:`silvanforge.backends.cpu.outline`), which keeps
 compile time linear in the number of nodes.
@@ -37,14 +52,13 @@ import numpy as np
 
 from ..errors import ScheduleError, UnsupportedModelError
 from ..lir import ir
-from ..model.forest import MISSING_NAN, MISSING_NONE, OP_CAT, Forest
+from ..model.forest import MISSING_NAN, MISSING_NONE, OP_CAT, OP_EQ, OP_LE, OP_LT, Forest
 from . import decision
 from .base import FeatureLoader, register
 from .sparse import SparseRepresentation, _layout
 
-# (feature, NaN replaced by 0) → the local holding that row value in a walk's code.
-_Values = Callable[[int, bool], ir.Var]
-
+# (feature, NaN read as 0) → the category operand of that row value in a tree's code.
+_Operands = Callable[[int, bool], decision.CategoryOperand]
 
 @register
 class CodeRepresentation(SparseRepresentation):
@@ -58,6 +72,9 @@ class CodeRepresentation(SparseRepresentation):
         # Global leaf node → its handle (a hop leaf has two rows; either will do).
         handle = np.full(forest.n_nodes, -1, dtype=np.int64)
         handle[leaf_nodes[::-1]] = self.n_internal_slots + np.arange(len(leaf_nodes))[::-1]
+        internal_nodes = _layout(forest)[0]
+        slot = np.full(forest.n_nodes, -1, dtype=np.int64)  # a node's own slot: its first
+        slot[internal_nodes[::-1]] = np.arange(len(internal_nodes))[::-1]
         threshold = decision.thresholds(forest, self.spec, np.arange(forest.n_nodes))
         # Plain lists: emission visits every node once, and numpy scalars cost more.
         self._depths = forest.tree_depths.tolist()
@@ -66,20 +83,29 @@ class CodeRepresentation(SparseRepresentation):
             "feature": forest.feature.tolist(), "op": forest.split_op.tolist(),
             "missing": forest.missing.tolist(), "default_left": forest.default_left.tolist(),
             "cat_offset": forest.cat_offset.tolist(), "cat_words": forest.cat_words.tolist(),
-            "threshold": threshold.tolist(), "handle": handle.tolist()}
+            "threshold": threshold.tolist(), "handle": handle.tolist(), "slot": slot.tolist()}
         if self.spec.category_mask:
             masks = decision.category_masks(forest, np.arange(forest.n_nodes),
                                             self.spec.compare.bits)
             # As the signed integers of the mask type: LIR constants are two's complement.
             self._nodes["cat_mask"] = masks.view(
                 np.int64 if masks.dtype == np.uint64 else np.int32).tolist()
+        # A tree's code ends in its leaf's value, as the float64 bits of an immediate,
+        # where a leaf is one constant: the walk's result needs no load. Linear and
+        # vector leaves end in their handle.
+        self._values_in_code = forest.linear is None and forest.leaf_width == 1
+        if self._values_in_code:
+            self._nodes["value_bits"] = forest.leaf_value[:, 0].astype(np.float64).view(
+                np.int64).tolist()
         # Per (operator, missing rule, default direction): the spec of one node's test.
         self._specs: dict[tuple[int, int, bool], decision.DecisionSpec] = {}
 
     def walk_code(self, tree: ir.Expr, node: ir.Var,
                   feature_value: FeatureLoader) -> list[ir.Stmt]:
-        """Nested ``If`` statements leaving tree ``tree``'s reached leaf handle in
-        ``node``; ``tree`` must be a constant (an unrolled or specialized tree loop)."""
+        """Nested ``If`` statements leaving tree ``tree``'s reached leaf in ``node`` (the
+        float64 bits of its value, or its handle for linear and vector leaves; see
+        :meth:`code_leaf_value`); ``tree`` must be a constant (an unrolled or specialized
+        tree loop)."""
         if not isinstance(tree, ir.Const):
             raise ScheduleError(
                 f"representation {self.name!r} needs constant tree indices: unroll or "
@@ -92,51 +118,64 @@ class CodeRepresentation(SparseRepresentation):
             raise UnsupportedModelError(
                 f"tree {t} is {self._depths[t]} levels deep; the {self.name!r} "
                 f"representation emits trees of up to {limit} levels (use 'sparse')")
-        # The row values the tree tests are loaded once, up front, in the compare type
-        # (and with NaN replaced by 0 for nodes that compare NaN as 0): the branches
-        # test registers, and the code is a fraction of the size.
-        values: dict[tuple[int, bool], ir.Var] = {}
+        # Category tests read an operand computed once per value at the tree's entry
+        # (a shift and a few compares that every test of that value would repeat;
+        # LLVM merges those of the trees of a function that read one row).
+        operands: dict[tuple[int, bool], decision.CategoryOperand] = {}
 
-        def value(feature: int, zeroed: bool) -> ir.Var:
-            if (feature, zeroed) not in values:
-                values[feature, zeroed] = ir.Var(
-                    f"{node.name}_{'z' if zeroed else 'x'}{feature}", self.spec.compare)
-            return values[feature, zeroed]
+        def operand(feature: int, zeroed: bool) -> decision.CategoryOperand:
+            if (feature, zeroed) not in operands:
+                stem = f"{node.name}_{'z' if zeroed else 'c'}{feature}"
+                operands[feature, zeroed] = decision.CategoryOperand(
+                    ir.Var(stem + "_bit", self.spec.mask_type),
+                    ir.Var(stem + "_negative", ir.BOOL))
+            return operands[feature, zeroed]
 
         base = int(self.forest.tree_offsets[t])
-        body = self._subtree(base, base, node, value)
+        body = self._subtree(base, base, node, feature_value, operand)
         code: list[ir.Stmt] = []
-        for (feature, zeroed), var in sorted(values.items()):
+        for (feature, zeroed), vars_ in sorted(operands.items()):
             x = feature_value(ir.i64(feature))
-            x = x if x.dtype == var.dtype else ir.Cast(x, var.dtype)
+            x = x if x.dtype == self.spec.compare else ir.Cast(x, self.spec.compare)
             if zeroed:
-                x = ir.Select(ir.IsNaN(x), ir.Const(0.0, var.dtype), x)
-            code.append(ir.Declare(var, x))
+                x = ir.Select(ir.IsNaN(x), ir.Const(0.0, x.dtype), x)
+            value = decision.category_operand(self.spec, x)
+            code += [ir.Declare(vars_.bit, value.bit),
+                     ir.Declare(vars_.negative, value.negative)]
         return code + body
 
-    def _subtree(self, base: int, n: int, node: ir.Var, value: _Values) -> list[ir.Stmt]:
+    def code_leaf_value(self, tree: ir.Expr, node: ir.Expr, k: int,
+                        feature_value: FeatureLoader) -> ir.Expr:
+        if self._values_in_code:
+            return ir.Bitcast(node, ir.F64)
+        return self.leaf_value(tree, node, k, feature_value)
+
+    def _subtree(self, base: int, n: int, node: ir.Var, feature_value: FeatureLoader,
+                 operand: _Operands) -> list[ir.Stmt]:
         """The code of the subtree at global node ``n`` of the tree starting at ``base``."""
         nodes = self._nodes
         if nodes["left"][n] < 0:
-            return [ir.Assign(node, ir.i64(nodes["handle"][n]))]
-        left = self._subtree(base, base + nodes["left"][n], node, value)
-        right = self._subtree(base, base + nodes["right"][n], node, value)
-        cond = self._go_left(n, value)
+            leaf = nodes["value_bits" if self._values_in_code else "handle"][n]
+            return [ir.Assign(node, ir.i64(leaf))]
+        left = self._subtree(base, base + nodes["left"][n], node, feature_value, operand)
+        right = self._subtree(base, base + nodes["right"][n], node, feature_value, operand)
+        cond = self._go_left(n, feature_value, operand)
         if isinstance(cond, ir.Not):  # a branch needs no negation: swap its arms
             cond, left, right = cond.a, right, left
         return [ir.If(cond, left, right)]
 
-    def _go_left(self, n: int, value: _Values) -> ir.Expr:
+    def _go_left(self, n: int, feature_value: FeatureLoader,
+                 operand: _Operands) -> ir.Expr:
         """i1: node ``n``'s own split test, its fields as constants."""
         nodes = self._nodes
         op, rule, feature = nodes["op"][n], nodes["missing"][n], nodes["feature"][n]
         cat = op == OP_CAT
         if rule == MISSING_NONE and not cat:
-            # A NaN compares as 0 here: on the value with NaN replaced by 0, which is
-            # never missing, the NaN rule (either direction) gives the same test.
-            x, key = value(feature, True), (op, MISSING_NAN, False)
+            # A NaN compares as 0 here, and the threshold is a constant: a NaN goes
+            # where 0 goes, which is the NaN rule with that default direction.
+            key = (op, MISSING_NAN, _holds_at_zero(op, nodes["threshold"][n]))
         else:
-            x, key = value(feature, False), (op, rule, bool(nodes["default_left"][n]))
+            key = (op, rule, bool(nodes["default_left"][n]))
         spec = self._specs.get(key)
         if spec is None:
             spec = self._specs[key] = replace(self.spec, ops=(key[0],), missing=(key[1],),
@@ -148,9 +187,16 @@ class CodeRepresentation(SparseRepresentation):
         masked = self.spec.category_mask
         loads = decision.NodeLoads(
             feature=ir.i64(feature),
-            threshold=ir.Const(nodes["threshold"][n], spec.compare),
+            threshold=self._load("threshold", ir.i64(nodes["slot"][n])),
             cat_offset=None if masked else constant("cat_offset"),
             cat_words=None if masked else constant("cat_words"),
             cat_bitset=self._buffer("cat_bitset") if cat and not masked else None,
-            cat_mask=constant("cat_mask", spec.mask_type) if masked else None)
-        return decision.go_left(spec, loads, lambda _: x)
+            cat_mask=constant("cat_mask", spec.mask_type) if masked else None,
+            cat_operand=operand(feature, rule == MISSING_NONE) if cat and masked else None)
+        return decision.go_left(spec, loads, feature_value)
+
+
+def _holds_at_zero(op: int, threshold: float) -> bool:
+    """Whether 0 passes numeric split ``op`` at ``threshold`` (a value of the compare
+    type, so the Python comparison is exact)."""
+    return {OP_LT: 0.0 < threshold, OP_LE: 0.0 <= threshold, OP_EQ: 0.0 == threshold}[op]

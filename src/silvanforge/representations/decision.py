@@ -218,6 +218,41 @@ class NodeLoads:
     cat_words: ir.Expr | None = None
     cat_bitset: ir.Buffer | None = None
     cat_mask: ir.Expr | None = None
+    cat_operand: "CategoryOperand | None" = None  # the row value's, computed beforehand
+
+
+@dataclass(frozen=True)
+class CategoryOperand:
+    """A row value as the operand of mask category tests: ``bit``, of the mask type, is
+    ``1 << category`` for a valid category and 0 otherwise (negative, NaN, too large,
+    not an integer under the exact rule); ``negative`` is the category rule's negative
+    test. A test is then one ``and`` with the node's mask, so code that tests one value
+    at many nodes computes this once (:mod:`.code`)."""
+
+    bit: ir.Expr
+    negative: ir.Expr
+
+
+def category_operand(spec: DecisionSpec, x: ir.Expr) -> CategoryOperand:
+    """The operand of mask category tests for value ``x`` (of the compare type)."""
+    F, M = spec.compare, spec.mask_type
+    c, negative, valid = _category(spec, x, ir.Const(float(F.bits), F))
+    shift = ir.Cast(ir.Select(valid, c, ir.Const(0.0, F)), M)
+    bit = ir.Select(valid, ir.BinOp("shl", ir.Const(1, M), shift), ir.Const(0, M))
+    return CategoryOperand(bit, negative)
+
+
+def _category(spec: DecisionSpec, x: ir.Expr,
+              limit: ir.Expr) -> tuple[ir.Expr, ir.Expr, ir.Expr]:
+    """(category as a float, negative under the category rule, valid below ``limit``)."""
+    zero = ir.Const(0.0, spec.compare)
+    c = ir.Math("trunc", x)
+    negative = ir.Cmp("lt", c if spec.category_rule == "truncate" else x, zero)
+    # Ordered compares: a NaN or an infinity fails `c < limit`, so no isfinite needed.
+    valid = _and(ir.Not(negative), ir.Cmp("lt", c, limit))
+    if spec.category_rule == "exact":
+        valid = _and(valid, ir.Cmp("eq", c, x))
+    return c, negative, valid
 
 
 def _and(a: ir.Expr, b: ir.Expr) -> ir.Expr:
@@ -296,6 +331,11 @@ def go_left(spec: DecisionSpec, loads: NodeLoads, feature_value: FeatureLoader) 
         default = ir.Cmp("ne", _field(loads.flags, DEFAULT_LEFT_BIT, 1), ir.Const(0, ir.I32))
     else:
         default = ir.Const(spec.default_left, ir.BOOL)
+    if spec.ops == (OP_CAT,) and set(spec.missing) == {MISSING_NAN} \
+            and isinstance(default, ir.Const) and not default.value:
+        # Missing here is a NaN (or a negative value), never a valid category, so never
+        # in a set: the set test alone already sends it right.
+        return holds
     if missing == nan and isinstance(default, ir.Const) and isinstance(holds, ir.Cmp) \
             and holds.op in _NEGATED:
         # An ordered compare is already false for a NaN, and the negation of the
@@ -308,28 +348,20 @@ def go_left(spec: DecisionSpec, loads: NodeLoads, feature_value: FeatureLoader) 
 
 def _category_test(spec: DecisionSpec, loads: NodeLoads,
                    x: ir.Expr) -> tuple[ir.Expr, ir.Expr]:
-    """(in the node's set, negative under the category rule) for value ``x``."""
-    F = spec.compare
-    zero = ir.Const(0.0, F)
-    c = ir.Math("trunc", x)
-    negative = ir.Cmp("lt", c if spec.category_rule == "truncate" else x, zero)
-    if spec.category_mask:
-        limit: ir.Expr = ir.Const(float(F.bits), F)
-    else:
-        limit = ir.Cast(ir.BinOp("mul", loads.cat_words, ir.Const(32, ir.I32)), F)
-    # Ordered compares: a NaN or an infinity fails `c < limit`, so no isfinite needed.
-    valid = _and(ir.Not(negative), ir.Cmp("lt", c, limit))
-    if spec.category_rule == "exact":
-        valid = _and(valid, ir.Cmp("eq", c, x))
+    """(in the node's set, negative under the category rule) for value ``x``; the
+    first is false whenever the value is not a valid category."""
     if spec.category_mask:
         M = spec.mask_type
         mask = loads.cat_mask if loads.cat_mask is not None else \
             ir.Bitcast(loads.threshold, M)
-        shift = ir.Cast(ir.Select(valid, c, zero), M)
-        bit = ir.BinOp("and", ir.BinOp("lshr", mask, shift), ir.Const(1, M))
-        return _and(valid, ir.Cmp("ne", bit, ir.Const(0, M))), negative
+        operand = loads.cat_operand or category_operand(spec, x)
+        return (ir.Cmp("ne", ir.BinOp("and", operand.bit, mask), ir.Const(0, M)),
+                operand.negative)
+    F = spec.compare
+    limit = ir.Cast(ir.BinOp("mul", loads.cat_words, ir.Const(32, ir.I32)), F)
+    c, negative, valid = _category(spec, x, limit)
     # Cast only a value known to fit; invalid values read word 0 of the set, in bounds.
-    category = ir.Cast(ir.Select(valid, c, zero), ir.I64)
+    category = ir.Cast(ir.Select(valid, c, ir.Const(0.0, F)), ir.I64)
     word = ir.Load(loads.cat_bitset, ir.BinOp(
         "add", ir.Cast(loads.cat_offset, ir.I64),
         ir.BinOp("lshr", category, ir.Const(5, ir.I64))))

@@ -1,7 +1,10 @@
 """LIR → LLVM IR (an ``llvmlite.ir.Module``).
 
-Every LIR variable is a stack slot allocated in the function's entry block, so LLVM's
-mem2reg turns them into registers; buffers are pointers to their element type. A parallel
+A LIR variable that something assigns is a stack slot allocated in the function's entry
+block, so LLVM's mem2reg turns it into registers; one only declared is the SSA value of
+its initialiser (structured code: a declaration dominates every use in its scope), which
+keeps the emitted module small (trees as code declare thousands). Buffers are pointers to
+their element type. A parallel
 ``For`` is outlined into an internal function ``void body(i8* data)`` that each OpenMP
 thread runs; ``data`` points to a struct, on the caller's stack, of the loop bounds, every
 scalar and buffer the body reads from outside, and a counter from which the threads claim
@@ -22,7 +25,7 @@ import llvmlite.ir as ll
 from ...errors import BackendError
 from ...lir import ir
 from . import outline
-from .freevars import FreeValues, free_values
+from .freevars import FreeValues, free_values, walk_stmts
 
 _LL_TYPES = {ir.BOOL: ll.IntType(1), ir.I8: ll.IntType(8), ir.I32: ll.IntType(32),
              ir.I64: ll.IntType(64), ir.F32: ll.FloatType(), ir.F64: ll.DoubleType()}
@@ -76,7 +79,7 @@ def render_module(kernel: ir.Kernel, *, openmp: bool = True) -> ll.Module:
     types = [llvm_type(p.dtype).as_pointer() if isinstance(p, ir.Buffer)
              else llvm_type(p.dtype) for p in kernel.params]
     fn = ll.Function(module, ll.FunctionType(_VOID, types), kernel.name)
-    body = _FunctionBuilder(module, fn, openmp)
+    body = _FunctionBuilder(module, fn, openmp, _assigned(kernel.body))
     for p, arg in zip(kernel.params, fn.args):
         arg.name = p.name
         if isinstance(p, ir.Buffer):
@@ -92,8 +95,9 @@ class _FunctionBuilder:
     """Emits LIR statements into one LLVM function."""
 
     def __init__(self, module: ll.Module, fn: ll.Function, openmp: bool,
-                 size: outline.Sizer | None = None):
+                 assigned: frozenset[str], size: outline.Sizer | None = None):
         self.module, self.fn, self.openmp = module, fn, openmp
+        self.assigned = assigned  # names of variables that need a slot
         self.size = size or outline.Sizer()  # blocks over its budget become functions
         entry = fn.append_basic_block("entry")
         self.allocas = ll.IRBuilder(entry)  # slots go here so mem2reg can promote them
@@ -107,10 +111,22 @@ class _FunctionBuilder:
 
     # ---- names ------------------------------------------------------------------------
 
-    def declare(self, var: ir.Var, value: ll.Value) -> None:
+    def declare(self, var: ir.Var, value: ll.Value, mutable: bool = False) -> None:
+        if not mutable and var.name not in self.assigned:
+            self.scopes[-1][("value", var.name)] = value
+            return
         slot = self.allocas.alloca(llvm_type(var.dtype), name=var.name)
         self.b.store(value, slot)
         self.scopes[-1][("var", var.name)] = slot
+
+    def value(self, var: ir.Var) -> ll.Value:
+        """The current value of ``var``."""
+        for scope in reversed(self.scopes):
+            if ("value", var.name) in scope:
+                return scope[("value", var.name)]
+            if ("var", var.name) in scope:
+                return self.b.load(scope[("var", var.name)])
+        raise BackendError(f"kernel {self.fn.name}: undefined var {var.name!r}")
 
     def bind_buffer(self, buf: ir.Buffer, pointer: ll.Value) -> None:
         self.scopes[-1][("buffer", buf.name)] = pointer
@@ -133,13 +149,13 @@ class _FunctionBuilder:
 
     def _outlined(self, stmts: list[ir.Stmt], free: FreeValues) -> None:
         """Render ``stmts`` as an internal function of their ``free`` values; call it."""
-        args = [self.b.load(self.lookup("var", v.name)) for v in free.vars]
+        args = [self.value(v) for v in free.vars]
         args += [self.lookup("buffer", buf.name) for buf in free.buffers]
         fn = ll.Function(self.module, ll.FunctionType(_VOID, [a.type for a in args]),
                          self.module.get_unique_name(f"{self.fn.name}.part"))
         fn.linkage = "internal"
         fn.attributes.add("noinline")  # the point: LLVM optimises each piece alone
-        body = _FunctionBuilder(self.module, fn, self.openmp, self.size)
+        body = _FunctionBuilder(self.module, fn, self.openmp, self.assigned, self.size)
         for var, arg in zip(free.vars, fn.args):
             body.declare(var, arg)
         for buf, arg in zip(free.buffers, fn.args[len(free.vars):]):
@@ -168,7 +184,7 @@ class _FunctionBuilder:
                            float(e.value) if e.dtype.is_float else int(e.value))
 
     def _e_Var(self, e: ir.Var) -> ll.Value:
-        return self.b.load(self.lookup("var", e.name), name=e.name)
+        return self.value(e)
 
     def _e_Load(self, e: ir.Load) -> ll.Value:
         return self.b.load(self.address(e.buffer, e.index))
@@ -324,7 +340,7 @@ class _FunctionBuilder:
              body: Callable[[], None]) -> None:
         """``for (var = start; var < stop; var += step) body()``; bounds evaluated once."""
         self.scopes.append({})
-        self.declare(var, start)
+        self.declare(var, start, mutable=True)
         slot = self.lookup("var", var.name)
         cond = self.fn.append_basic_block("for.cond")
         block = self.fn.append_basic_block("for.body")
@@ -349,7 +365,7 @@ class _FunctionBuilder:
                 f"{', '.join(map(repr, free.assigned_outside))}, declared outside it; "
                 "shared mutable scalars would race (declare them inside the loop)")
         bounds = [self.expr(s.start), self.expr(s.stop), self.expr(s.step)]
-        values = bounds + [self.b.load(self.lookup("var", v.name)) for v in free.vars]
+        values = bounds + [self.value(v) for v in free.vars]
         values += [self.lookup("buffer", buf.name) for buf in free.buffers]
         counter = self.allocas.alloca(_I64, name="omp.counter")
         self.b.store(ll.Constant(_I64, 0), counter)  # reset on every run of the loop
@@ -362,7 +378,7 @@ class _FunctionBuilder:
         outlined = ll.Function(self.module, _OMP_BODY,
                                self.module.get_unique_name(f"{self.fn.name}.omp"))
         outlined.linkage = "internal"
-        _emit_chunk(outlined, s, free, data_type, self.openmp)
+        _emit_chunk(outlined, s, free, data_type, self.openmp, self.assigned)
 
         threads = (ll.Constant(_I32, 0) if s.threads is None
                    else self._thread_count(self.expr(s.threads)))
@@ -395,22 +411,29 @@ class _FunctionBuilder:
 
 
 def _emit_chunk(fn: ll.Function, loop: ir.For, free: FreeValues, data_type: ll.Type,
-                openmp: bool) -> None:
+                openmp: bool, assigned: frozenset[str]) -> None:
     """Fill ``fn``: unpack the data struct, run this thread's contiguous iterations."""
-    body = _FunctionBuilder(fn.module, fn, openmp)
+    t = loop.var.dtype
+    start, stop, step, nt = (ir.Var(f"omp.{n}", t) for n in ("start", "stop", "step", "nt"))
+    chunks = _chunk_loop(loop, start, stop, step, nt)
+    body = _FunctionBuilder(fn.module, fn, openmp, assigned | _assigned(chunks))
     data = body.b.bitcast(fn.args[0], data_type.as_pointer())
     fields = [body.b.load(body.b.gep(data, [ll.Constant(_I32, 0), ll.Constant(_I32, k)]))
               for k in range(len(data_type.elements))]
-    t = loop.var.dtype
-    start, stop, step, nt = (ir.Var(f"omp.{n}", t) for n in ("start", "stop", "step", "nt"))
     for var, value in zip([start, stop, step, *free.vars], fields):
         body.declare(var, value)
     for buf, value in zip(free.buffers, fields[3 + len(free.vars):]):
         body.bind_buffer(buf, value)
     body.bind_buffer(_COUNTER, fields[-1])
     body.declare(nt, body.omp_call("omp_get_num_threads", t))
-    body.block(_chunk_loop(loop, start, stop, step, nt))
+    body.block(chunks)
     body.finish()
+
+
+def _assigned(stmts: list[ir.Stmt]) -> frozenset[str]:
+    """Names of the variables ``stmts`` assign after declaring them."""
+    return frozenset(s.var.name for s in walk_stmts(stmts)
+                     if isinstance(s, (ir.Assign, _ClaimChunk)))
 
 
 @dataclass
