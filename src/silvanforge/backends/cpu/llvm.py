@@ -25,7 +25,7 @@ import llvmlite.ir as ll
 from ...errors import BackendError
 from ...lir import ir
 from . import outline
-from .freevars import FreeValues, free_values, walk_stmts
+from .freevars import FreeValues, walk_stmts
 
 _LL_TYPES = {ir.BOOL: ll.IntType(1), ir.I8: ll.IntType(8), ir.I32: ll.IntType(32),
              ir.I64: ll.IntType(64), ir.F32: ll.FloatType(), ir.F64: ll.DoubleType()}
@@ -358,7 +358,7 @@ class _FunctionBuilder:
     # ---- parallel loops ---------------------------------------------------------------
 
     def _parallel_for(self, s: ir.For) -> None:
-        free = free_values(s)
+        free = self.size.free_of_loop(s)
         if free.assigned_outside:
             raise BackendError(
                 f"kernel {self.fn.name}: parallel loop over {s.var.name!r} assigns "

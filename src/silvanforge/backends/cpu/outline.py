@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from ...lir import ir
-from .freevars import FreeValues
+from .freevars import EXPR_CHILDREN, STMT_BLOCKS, STMT_EXPRS, FreeValues
 
 # Size (statements plus expression nodes) of one outlined function: LightGBM-like trees
 # take ~7 units a node. Compiling nyc-taxi-like (100 trees of 61 nodes; best of 3 on a
@@ -28,8 +28,8 @@ from .freevars import FreeValues
 BUDGET = 5000
 # Statements whose meaning this module knows; a piece holding another (a backend's own)
 # stays inline.
-_KNOWN = (ir.Declare, ir.Assign, ir.Store, ir.AtomicAdd, ir.Prefetch, ir.LocalArray,
-          ir.For, ir.While, ir.If)
+_KNOWN = frozenset((ir.Declare, ir.Assign, ir.Store, ir.AtomicAdd, ir.Prefetch,
+                    ir.LocalArray, ir.For, ir.While, ir.If))
 
 
 @dataclass(frozen=True)
@@ -64,27 +64,36 @@ class Sizer:
         if hit is not None and hit.stmt is s:
             return hit
         size, names, assigned, declared = 1, set(), set(), set()
-        known = isinstance(s, _KNOWN)
-        if isinstance(s, ir.Assign):
+        kind = type(s)
+        known = kind in _KNOWN
+        if kind is ir.Assign:
             assigned.add(s.var.name)
-        elif isinstance(s, (ir.Declare, ir.For)):
+        elif kind is ir.Declare or kind is ir.For:
             declared.add(s.var.name)
-        elif isinstance(s, ir.LocalArray):
+        elif kind is ir.LocalArray:
             declared.add("buffer " + s.buffer.name)
-        for name in _fields(s):
+        if known:  # the tables say where the expressions and blocks are
+            exprs, blocks = STMT_EXPRS[kind], STMT_BLOCKS.get(kind, ())
+            buffer = getattr(s, "buffer", None)
+            if buffer is not None:
+                self._name(buffer, names)
+        else:
+            exprs = [f for f in _fields(s) if isinstance(getattr(s, f), (ir.Expr, ir.Buffer))]
+            blocks = [f for f in _fields(s) if isinstance(getattr(s, f), list)]
+        for name in exprs:
             value = getattr(s, name)
-            if isinstance(value, ir.Expr):
-                size += self._expr(value, names)
-            elif isinstance(value, ir.Buffer):
+            if isinstance(value, ir.Buffer):
                 self._name(value, names)
-            elif isinstance(value, list):
-                for child in value:
-                    inner = self(child)
-                    size += inner.size
-                    names |= inner.names
-                    assigned |= inner.assigned
-                    declared |= inner.declared
-                    known = known and inner.known
+            elif value is not None:
+                size += self._expr(value, names)
+        for name in blocks:
+            for child in getattr(s, name):
+                inner = self(child)
+                size += inner.size
+                names |= inner.names
+                assigned |= inner.assigned
+                declared |= inner.declared
+                known = known and inner.known
         info = _Info(s, size, frozenset(names), frozenset(assigned), frozenset(declared),
                      known)
         self._memo[id(s)] = info
@@ -96,9 +105,16 @@ class Sizer:
         while stack:
             node = stack.pop()
             count += 1
-            if isinstance(node, (ir.Var, ir.Load)):
-                self._name(node if isinstance(node, ir.Var) else node.buffer, names)
-            for name in _fields(node):
+            kind = type(node)
+            if kind is ir.Var:
+                self._name(node, names)
+                continue
+            if kind is ir.Load:
+                self._name(node.buffer, names)
+            children = EXPR_CHILDREN.get(kind)
+            if children is None:  # a backend's own node
+                children = _fields(node)
+            for name in children:
                 value = getattr(node, name)
                 if isinstance(value, ir.Expr):
                     stack.append(value)
@@ -109,9 +125,28 @@ class Sizer:
         self.objects[name] = obj
         names.add(name)
 
+    def free_of_loop(self, loop: ir.For) -> FreeValues:
+        """What ``loop``'s body uses from outside it, from the memoised sizes (a big
+        kernel's parallel body is walked once, not once more per question).
+
+        The loop's own variable, variables declared in the body (``Declare`` or a nested
+        loop's variable) and local arrays declared in the body are not free.
+        ``assigned_outside`` names variables the body assigns but does not declare (the
+        loop's own variable included: each thread steps its own copy).
+
+        >>> i, n = ir.Var("i", ir.I64), ir.Var("n", ir.I64)
+        >>> out = ir.Buffer("out", ir.I64)
+        >>> fv = Sizer().free_of_loop(ir.For(i, ir.i64(0), n, ir.i64(1),
+        ...                                  [ir.Store(out, i, n)]))
+        >>> [v.name for v in fv.vars], [b.name for b in fv.buffers], fv.assigned_outside
+        (['n'], ['out'], ())
+        """
+        free = self.free(loop.body)
+        return FreeValues(tuple(v for v in free.vars if v.name != loop.var.name),
+                          free.buffers, free.assigned_outside)
+
     def free(self, stmts: list[ir.Stmt]) -> FreeValues:
-        """What ``stmts`` use from outside (the parameters of their function), as
-        :func:`.freevars.free_values` tells it of a loop body."""
+        """What ``stmts`` use from outside (the parameters of their function)."""
         infos = [self(s) for s in stmts]
         used = sorted(frozenset().union(*(i.names for i in infos))
                       - frozenset().union(*(i.declared for i in infos)))
