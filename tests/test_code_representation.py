@@ -18,6 +18,7 @@ from hypothesis import given, settings, strategies as st
 import silvanforge
 from silvanforge import reference
 from silvanforge.backends.cpu import outline
+from silvanforge.backends.gpu import CUDARenderer
 from silvanforge.errors import ScheduleError
 from silvanforge.lir import ir
 from silvanforge.model.builder import Tree, build_forest
@@ -25,7 +26,7 @@ from silvanforge.representations import REGISTRY
 
 from test_compile import schedules
 from test_forest import random_forests
-from test_gpu import opencl  # noqa: F401  (the fixture: an OpenCL device, or a skip)
+from test_gpu import nvrtc, opencl  # noqa: F401  (fixtures: OpenCL device / NVRTC, or a skip)
 from test_representations import forests, random_rows
 from util import assert_parity, probe_rows, with_nans
 
@@ -175,7 +176,8 @@ def test_code_is_registered_and_keeps_the_sparse_tables():
                       ir.If)
 
 
-def test_opencl_renders_code_walks_as_branches(opencl):  # noqa: F811
+def test_gpu_renderers_render_code_walks_as_branches(opencl, nvrtc):  # noqa: F811
+    """Exact on PoCL; the CUDA source of the same program compiles to PTX."""
     forest = _big_forest(n_trees=5)
     X = with_nans(np.random.default_rng(4).normal(size=(100, 5)), 0.1)
     schedule = ("tile(batch, b0, b1, 64)\nreorder(b0, b1, tree)\nunroll(tree)\n"
@@ -184,5 +186,6 @@ def test_opencl_renders_code_walks_as_branches(opencl):  # noqa: F811
                                     representation="code")
     np.testing.assert_allclose(predictor.predict(X), reference.predict(forest, X),
                                rtol=1e-12, atol=1e-12)
+    assert ".entry" in nvrtc(CUDARenderer().render(predictor.program))
     with pytest.raises(ScheduleError, match="constant tree indices"):
         silvanforge.compile(forest, target="opencl", representation="code")
