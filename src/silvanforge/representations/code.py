@@ -55,7 +55,7 @@ from ..lir import ir
 from ..model.forest import MISSING_NAN, MISSING_NONE, OP_CAT, OP_EQ, OP_LE, OP_LT, Forest
 from . import decision
 from .base import FeatureLoader, register
-from .sparse import SparseRepresentation, _layout
+from .sparse import SparseRepresentation
 
 # (feature, NaN read as 0) → the category operand of that row value in a tree's code.
 _Operands = Callable[[int, bool], decision.CategoryOperand]
@@ -68,11 +68,10 @@ class CodeRepresentation(SparseRepresentation):
 
     def __init__(self, forest: Forest, precision: str = "float64") -> None:
         super().__init__(forest, precision)
-        leaf_nodes = _layout(forest)[2]  # the leaf rows the parent built its tables from
+        internal_nodes, leaf_nodes = self.slot_nodes
         # Global leaf node → its handle (a hop leaf has two rows; either will do).
         handle = np.full(forest.n_nodes, -1, dtype=np.int64)
         handle[leaf_nodes[::-1]] = self.n_internal_slots + np.arange(len(leaf_nodes))[::-1]
-        internal_nodes = _layout(forest)[0]
         slot = np.full(forest.n_nodes, -1, dtype=np.int64)  # a node's own slot: its first
         slot[internal_nodes[::-1]] = np.arange(len(internal_nodes))[::-1]
         threshold = decision.thresholds(forest, self.spec, np.arange(forest.n_nodes))

@@ -35,6 +35,8 @@ class SparseRepresentation(TableRepresentation):
     def __init__(self, forest: Forest, precision: str = "float64") -> None:
         super().__init__(forest, precision)
         internal_nodes, child, leaf_nodes, roots = _layout(forest)
+        # Slot → global node, internal slots then leaf slots (hops repeat a node).
+        self.slot_nodes = (internal_nodes, leaf_nodes)
         self.n_internal_slots = len(internal_nodes)
         if self.n_internal_slots + len(leaf_nodes) >= 2**31:
             raise UnsupportedModelError("the sparse representation holds fewer than 2^31 "
