@@ -81,8 +81,9 @@ class Representation(ABC):
     def walk_code(self, tree: ir.Expr, node: ir.Var,
                   feature_value: FeatureLoader) -> list[ir.Stmt] | None:
         """Statements that walk tree ``tree`` as code and leave the reached leaf in
-        ``node`` (what :meth:`code_leaf_value` reads), for a representation that emits trees as code; None (the default)
-        for layouts walked step by step through :meth:`go_left` and :meth:`child`."""
+        ``node`` (what :meth:`code_leaf_value` reads), for a representation that emits
+        trees as code; None (the default) for layouts walked step by step through
+        :meth:`go_left` and :meth:`child`."""
         return None
 
     def code_leaf_value(self, tree: ir.Expr, node: ir.Expr, k: int,
