@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import threading
 import warnings
 
@@ -12,7 +13,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from silvanforge.backends import get_backend
-from silvanforge.backends.cpu import CompiledKernel, Target, compile_kernel, jit, openmp
+from silvanforge.backends.cpu import CompiledKernel, Target, compile_kernel, entry, jit, openmp
 from silvanforge.errors import BackendError, SilvanForgeWarning
 from silvanforge.lir import ir
 from silvanforge.lir.printer import print_lir
@@ -438,6 +439,79 @@ def test_function_outlives_its_compiled_kernel():
     res = np.zeros(1, np.int64)
     fn(res.ctypes.data)
     assert res[0] == 1
+
+
+# ---- Python entry ---------------------------------------------------------------------
+
+def axpy_kernel() -> ir.Kernel:
+    """``out[i] = a * x[i] + bias[0]`` for i < n; ``bias`` is the bound (model) buffer."""
+    x, out = ir.Buffer("x", ir.F32, readonly=True), ir.Buffer("out", ir.F64)
+    bias, a = ir.Buffer("bias", ir.F64, readonly=True), ir.Var("a", ir.I32)
+    value = b("add", b("mul", ir.Cast(a, ir.F64), ir.Cast(ir.Load(x, I), ir.F64)),
+              ir.Load(bias, ir.i64(0)))
+    return ir.Kernel("axpy", [x, N, out, a, bias],
+                     [ir.For(I, ir.i64(0), N, ir.i64(1), [ir.Store(out, I, value)])])
+
+
+@pytest.fixture(params=["builtin", "ctypes"])
+def entry_kind(request, monkeypatch):
+    """Both entries: the machine-code builtin, and the ctypes function other Pythons
+    get (forced by failing the object-layout probe)."""
+    if request.param == "ctypes":
+        monkeypatch.setattr(entry, "_layout", lambda: None)
+    return request.param
+
+
+def test_entry_binds_model_buffers_and_converts_arguments(entry_kind):
+    bias = np.array([0.5])
+    call_ = compile_kernel(axpy_kernel()).entry([bias.ctypes.data])
+    assert (type(call_).__name__ == "builtin_function_or_method") == (entry_kind == "builtin")
+    x = np.arange(5, dtype=np.float32)
+    out = np.zeros(5)
+    assert call_(x, 4, out, np.int64(-3)) is None
+    np.testing.assert_array_equal(out, [0.5, -2.5, -5.5, -8.5, 0])
+
+
+def test_entry_refuses_wrong_arguments(entry_kind):
+    call_ = compile_kernel(axpy_kernel()).entry([np.zeros(1).ctypes.data])
+    x, out = np.zeros(2, np.float32), np.zeros(2)
+    with pytest.raises(TypeError, match="expected 4 arguments"):
+        call_(x, 2, out)
+    with pytest.raises(TypeError):
+        call_(x, "2", out, 1)
+    with pytest.raises(TypeError, match="ndarrays"):
+        call_(list(x), 2, out, 1)
+
+
+def test_entries_survive_garbage_collection():
+    # The builtin reads its method table while it is freed, and each JIT engine owns its
+    # target machine: both broke once when a collection freed kernels in a cycle.
+    for _ in range(20):
+        kernel = compile_kernel(axpy_kernel())
+        kernel.cycle = kernel, kernel.entry([np.zeros(1).ctypes.data])
+        del kernel
+        gc.collect()
+    x, out = np.ones(3, np.float32), np.zeros(3)
+    compile_kernel(axpy_kernel()).entry([np.ones(1).ctypes.data])(x, 3, out, 2)
+    np.testing.assert_array_equal(out, [3, 3, 3])
+
+
+def test_entry_releases_the_gil():
+    # The kernel spins until another Python thread sets flag[0], counting its turns in
+    # flag[1] up to a bound (so that a held GIL fails the test instead of hanging it).
+    # Level 0: no pass may hoist the load out of the loop.
+    flag, limit = ir.Buffer("flag", ir.I64), 10**9
+    turns = ir.Load(flag, ir.i64(1))
+    spin = ir.Kernel("spin", [flag], [ir.While(
+        b("and", ir.Cmp("eq", ir.Load(flag, ir.i64(0)), ir.i64(0)),
+          ir.Cmp("lt", turns, ir.i64(limit))),
+        [ir.Store(flag, ir.i64(1), b("add", turns, ir.i64(1)))])])
+    raw = np.zeros(2, np.int64)
+    setter = threading.Timer(0.05, lambda: raw.__setitem__(0, 1))
+    setter.start()
+    compile_kernel(spin, opt=0).entry()(raw)
+    setter.join()
+    assert raw[1] < limit
 
 
 @pytest.mark.parametrize("opt", [0, 1, 3])

@@ -104,22 +104,41 @@ def test_small_batches_take_their_own_kernel(forest, representation):
     assert silvanforge.compile(forest, schedule="default").options.small_schedule is None
 
 
+@settings(max_examples=6, deadline=None)
+@given(forest=random_forests(), seed=st.integers(0, 2**32 - 1))
+def test_ctypes_entry_predicts_as_the_builtin_entry(forest, seed):
+    # Pythons whose object layout the builtin entry cannot read call through ctypes.
+    from silvanforge.backends.cpu import entry
+
+    X = probe_rows(forest, seed, 40)
+    builtin = silvanforge.compile(forest, n_jobs=2)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(entry, "_layout", lambda: None)
+        fallback = silvanforge.compile(forest, n_jobs=2)
+    assert type(fallback._main.call) is not type(builtin._main.call)
+    for rows in (X[:1], X[:7], X):
+        for output in ("value", "margin"):
+            expected = builtin.predict(rows, output=output)
+            assert expected.shape == reference.predict(forest, rows, output=output).shape
+            np.testing.assert_array_equal(fallback.predict(rows, output=output), expected)
+
+
 def test_default_schedule_sizes_threads_to_the_batch(forest, monkeypatch):
     from silvanforge.runtime import predictor as runtime
 
     predictor = silvanforge.compile(forest, n_jobs=2)
     # The default schedule has no scratch buffers: the thread count is argument 3.
     calls = []
-    real = predictor._main.code.function
-    monkeypatch.setattr(predictor._main.code, "function",
+    real = predictor._main.call
+    monkeypatch.setattr(predictor._main, "call",
                         lambda *a: (calls.append(a[3]), real(*a))[1])
     X = np.zeros((runtime.MIN_ROWS_PER_THREAD * 2, 3))
     predictor.predict(X[:runtime.MIN_ROWS_PER_THREAD])
     predictor.predict(X)
     assert calls == [1, 2]
     explicit = silvanforge.compile(forest, schedule="default", n_jobs=2)
-    real_explicit = explicit._main.code.function
-    monkeypatch.setattr(explicit._main.code, "function",
+    real_explicit = explicit._main.call
+    monkeypatch.setattr(explicit._main, "call",
                         lambda *a: (calls.append(a[3]), real_explicit(*a))[1])
     explicit.predict(X[:10])
     assert calls[-1] == 2
@@ -250,9 +269,9 @@ def test_inputs_are_not_copied_when_they_fit(forest, monkeypatch):
     seen = {}
     original = predictor._run
 
-    def spy(rows, threads, finish):
+    def spy(rows, *args):
         seen["rows"] = rows
-        return original(rows, threads, finish)
+        return original(rows, *args)
 
     monkeypatch.setattr(predictor, "_run", spy)
     predictor.predict(X)

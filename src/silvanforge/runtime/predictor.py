@@ -17,7 +17,6 @@ Pickling uses the same bytes.
 
 from __future__ import annotations
 
-import ctypes
 import io
 import os
 import warnings
@@ -92,7 +91,8 @@ class _Kernel:
     """One schedule's compiled code: MIR, LIR and machine code."""
 
     def __init__(self, forest: Forest, representation: Any, schedule: Schedule,
-                 object_code: bytes | None, target: Target | None) -> None:
+                 object_code: bytes | None, target: Target | None,
+                 model_args: list[int]) -> None:
         self.schedule = schedule
         self.mir = mir_lower(forest, schedule)
         self.lir = lir_lower.lower(self.mir, forest, representation)
@@ -106,15 +106,8 @@ class _Kernel:
                 warnings.warn(f"recompiling: {exc}", stacklevel=4)
         if self.code is None:
             self.code = compile_kernel(self.lir, opt=_OPT_LEVEL.get(representation.name, 2))
-
-
-def _address(array: np.ndarray) -> int:
-    """The address of an array's data: through the buffer protocol when the array is
-    writable (0.6 µs), else ``ndarray.ctypes`` (2 µs; most of a one-row call otherwise)."""
-    try:
-        return ctypes.addressof(ctypes.c_char.from_buffer(array))
-    except (TypeError, ValueError):
-        return array.ctypes.data
+        # The model buffers never change: they are bound into the entry once.
+        self.call = self.code.entry(model_args)
 
 
 def model_arrays(forest: Forest, representation: Any) -> list[np.ndarray]:
@@ -220,18 +213,21 @@ class Predictor(ForestShape):
         self._node_tile = node_tile
         self.representation = build_representation(
             forest, options.representation, options.precision, options.tile_size, node_tile)
+        self._model_arrays = model_arrays(forest, self.representation)
+        addresses = [a.ctypes.data for a in self._model_arrays]
         schedules = [options.schedule] + ([options.small_schedule]
                                           if options.small_schedule else [])
         codes = list(object_code) + [None] * (len(schedules) - len(object_code))
         kernels = [_Kernel(forest, self.representation, _schedule(forest, text), code,
-                           target) for text, code in zip(schedules, codes)]
+                           target, addresses) for text, code in zip(schedules, codes)]
         self._main = kernels[0]
         self._small = kernels[1] if len(kernels) > 1 else None
-        # The model buffers never change: their addresses are taken once, not per call
-        # (``ndarray.ctypes`` costs about a microsecond each).
-        self._model_arrays = model_arrays(forest, self.representation)
-        self._model_args = [a.ctypes.data for a in self._model_arrays]
-        self._kernel_transform = forest.post_transform in kernel_finish.KERNEL_TRANSFORMS
+        # What the kernel finishes for each output; SCORE leaves the transform to numpy.
+        self._finish = {"margin": kernel_finish.MARGIN, "value": kernel_finish.VALUE if
+                        forest.post_transform in kernel_finish.KERNEL_TRANSFORMS
+                        else kernel_finish.SCORE}
+        # Results the library returns as a vector are allocated as one: no reshaping.
+        self._flat = forest.flat_output and forest.n_outputs == 1
 
     @property
     def schedule(self) -> Schedule:
@@ -258,36 +254,37 @@ class Predictor(ForestShape):
 
         >>> predictor.predict(X, output="margin")                # doctest: +SKIP
         """
-        check_output(output)
+        finish = self._finish.get(output)
+        if finish is None:
+            check_output(output)
         rows = as_rows(X, self.forest)
         threads = self.options.n_jobs if n_jobs is None else int(n_jobs)
         if threads < 1:
             raise InputError(f"n_jobs must be at least 1, not {threads}")
+        if finish != kernel_finish.SCORE:
+            return self._run(rows, threads, finish, self._flat)
         f = self.forest
-        if output == "margin":
-            return shaped(f, self._run(rows, threads, kernel_finish.MARGIN))
-        if self._kernel_transform:
-            return shaped(f, self._run(rows, threads, kernel_finish.VALUE))
         return shaped(f, transforms.apply(f.post_transform, f.transform_params,
-                                          self._run(rows, threads, kernel_finish.SCORE)))
+                                          self._run(rows, threads, finish, False)))
 
-    def _run(self, rows: np.ndarray, threads: int, finish: int) -> np.ndarray:
-        """The kernel's result for ``rows``, finished as ``finish`` says."""
+    def _run(self, rows: np.ndarray, threads: int, finish: int, flat: bool) -> np.ndarray:
+        """The kernel's result for ``rows``, finished as ``finish`` says; one row a value
+        when ``flat`` (one output), else one row a row of outputs."""
         n = len(rows)
-        result = np.zeros((n, self.forest.n_outputs))
+        result = np.zeros(n) if flat else np.zeros((n, self.forest.n_outputs))
+        if self._small is None:
+            kernel = self._main
+        elif n <= SMALL_BATCH:
+            kernel, threads = self._small, 1
+        else:
+            # The schedule is SilvanForge's (row blocks in parallel): size the call.
+            kernel = self._main
+            threads = max(1, min(threads, n // MIN_ROWS_PER_THREAD))
         if n == 0:
             return result
-        if self._small is not None:
-            # The schedule is SilvanForge's (row blocks in parallel): size the call.
-            kernel = self._small if n <= SMALL_BATCH else self._main
-            threads = max(1, min(threads, n // MIN_ROWS_PER_THREAD))
-        else:
-            kernel = self._main
         scratch = [np.zeros(s) for s in lir_lower.scratch_shapes(
-            kernel.mir, n, self.forest.n_outputs)] if kernel.has_scratch else []
-        kernel.code.function(_address(rows), n, _address(result),
-                             *[_address(s) for s in scratch], threads, finish,
-                             *self._model_args)
+            kernel.mir, n, self.forest.n_outputs)] if kernel.has_scratch else ()
+        kernel.call(rows, n, result, *scratch, threads, finish)
         return result
 
     def dump(self, level: str) -> str:

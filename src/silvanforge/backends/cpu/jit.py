@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import ctypes
 from dataclasses import dataclass
-from typing import Sequence, Union
+from typing import Callable, Sequence, Union
 
 import llvmlite.binding as llvm
 
 from ...errors import BackendError
 from ...lir import ir
 from . import openmp
+from .entry import kernel_entry
 from .freevars import walk_stmts
 from .llvm import render_module
 
@@ -127,6 +128,22 @@ class CompiledKernel:
         # The callable may outlive this object (``compile_kernel(k).function``): it
         # keeps the engine that owns its code alive.
         self.function.owner = self
+
+    def entry(self, bound: Sequence[int] = ()) -> Callable:
+        """The kernel as a Python callable taking arrays and ints for its parameters
+        before the trailing ones, which are ``bound`` to these addresses (model buffers);
+        about 0.3 µs a call instead of ctypes' 2 (:mod:`.entry`).
+
+        >>> x = ir.Buffer("x", ir.F64)
+        >>> k = compile_kernel(ir.Kernel("put", [x, ir.Var("v", ir.I64)],
+        ...                              [ir.Store(x, ir.i64(0), ir.Cast(ir.Var("v", ir.I64), ir.F64))]))
+        >>> import numpy as np
+        >>> a = np.zeros(1)
+        >>> k.entry()(a, 7)
+        >>> a
+        array([7.])
+        """
+        return kernel_entry(self.params, self.function, self.address, bound, keep=self)
 
     @classmethod
     def from_object(cls, object_code: bytes, target: Target, kernel_name: str,
