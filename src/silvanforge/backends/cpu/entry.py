@@ -133,9 +133,10 @@ def _builtin(module: lir.Module, keep: Any) -> Callable:
     the garbage collector never clears one: an instance's attributes it may clear while
     the builtin still points at them.
     """
-    # Each engine owns its target machine: this one gets its own.
+    # Each engine owns its target machine: this one gets its own. Level 0: a few calls
+    # and loads gain nothing from optimising, and code generation takes 3x less time.
     machine = llvm.Target.from_triple(llvm.get_process_triple()).create_target_machine(
-        jit=True)
+        opt=0, jit=True)
     engine = llvm.create_mcjit_compiler(llvm.parse_assembly(str(module)), machine)
     engine.finalize_object()
     method = _MethodDef(b"kernel_entry", engine.get_function_address("entry"),
