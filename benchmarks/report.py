@@ -33,7 +33,9 @@ def _finite(value):
 
 def _settings(result: dict) -> str:
     s = result["settings"]
-    return (f"Medians of {s['rounds']} interleaved rounds (best of {s['repeat']} each); "
+    return (f"Medians of {s['rounds']} interleaved rounds (best of {s['repeat']} each), "
+            f"each timing loop taking up to {s.get('distinct_batches', 1)} distinct batches "
+            "of rows in turn; "
             f"{s['cpus']} CPUs; OMP_WAIT_POLICY={s.get('omp_wait_policy')}; outputs "
             f"checked against silvanforge.reference (rtol {s['rtol']}, atol {s['atol']}) "
             f"before timing. Memory: {s['memory']}.\n")

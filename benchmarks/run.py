@@ -27,6 +27,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # (batches, threads, rounds, repeat) for the full and the --quick run.
 FULL = ([1, 16, 256, 4096, 65536], [1, 2], 9, 3)
 QUICK = ([1, 256, 4096], [1, 2], 3, 2)
+# Rows per model at least: small batches are timed over distinct rows (bench.MAX_BATCHES).
+MIN_ROWS = 16384
 
 
 def main(argv=None) -> int:
@@ -47,7 +49,7 @@ def main(argv=None) -> int:
     engines = [e for e in bench.default_engines(args.lleaves_venv)
                if not args.engines or e.name in args.engines]
     start = time.perf_counter()
-    cases = models.cases(args.quick, max(batches), args.models)
+    cases = models.cases(args.quick, max(*batches, MIN_ROWS), args.models)
     result = bench.run(cases, engines, batches, threads, rounds, repeat)
     for path in report.write(result, args.out):
         print("wrote", path)

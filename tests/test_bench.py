@@ -61,6 +61,30 @@ def test_wrong_engine_is_reported_as_mismatch_not_timed(case):
     assert "MISMATCH" in bench.markdown(result)
 
 
+def test_small_batches_are_timed_over_distinct_rows(case):
+    # Repeating one small batch lets branch predictors learn its paths: timing loops take
+    # distinct batches in turn (the correctness check takes the first).
+    seen = []
+
+    class Recording(bench.Engine):
+        name, module = "recording", "numpy"
+
+        def prepare(self, case_, threads):
+            return bench._Calls(lambda X, t: (seen.append(X[:, 0].tobytes()),
+                                              reference.predict(case_.forest, X))[1])
+
+    rows = _run(case, [Recording()])["rows"]
+    assert [r["status"] for r in rows] == ["ok", "ok"]
+    for size in (1, 16):
+        calls = [b for b in seen if len(b) == 4 * size]
+        batches = [b[:, 0].tobytes() for b in bench.distinct_batches(case.rows, size)]
+        # The check takes batch 0, then every timed prediction the next batch.
+        assert calls == batches[:1] + batches[:len(calls) - 1] and len(calls) >= 3
+        assert len(set(batches)) == len(batches) == 64 // size
+    assert bench.distinct_batches(case.rows, 16)[1].flags.c_contiguous
+    assert len(bench.distinct_batches(case.rows, 65)) == 1
+
+
 def test_compare_tolerance_and_shapes():
     expected = np.linspace(0.1, 0.9, 9)
     assert bench.compare(expected * (1 + 1e-6), expected)[0]
