@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import platform
 from typing import Any, Callable, Sequence
 
 import llvmlite.binding as llvm
@@ -42,8 +43,9 @@ class _MethodDef(ctypes.Structure):
 def _layout() -> tuple[int, int] | None:
     """(offset of ``ob_type``, offset of an ndarray's data pointer) in this process's
     objects, when they are CPython's standard layout; else None."""
-    api = getattr(ctypes, "pythonapi", None)
-    if api is None or object.__basicsize__ != 16:
+    # Only CPython's id() is an address; free-threaded and debug builds have wider
+    # object headers.
+    if platform.python_implementation() != "CPython" or object.__basicsize__ != 16:
         return None
     probe = np.zeros((3, 2))
     base = id(probe)
