@@ -284,11 +284,13 @@ class Predictor(ForestShape):
                 kernel, threads = self._small, 1
             else:
                 threads = max(1, min(threads, n // MIN_ROWS_PER_THREAD))
+        if n == 0:
+            return result
         if kernel.has_scratch:
-            if n:
-                kernel.call(rows, n, result, *[np.zeros(s) for s in lir_lower.scratch_shapes(
-                    kernel.mir, n, self.forest.n_outputs)], threads, finish)
-        elif n:
+            scratch = [np.zeros(s) for s in lir_lower.scratch_shapes(
+                kernel.mir, n, self.forest.n_outputs)]
+            kernel.call(rows, n, result, *scratch, threads, finish)
+        else:
             kernel.call(rows, n, result, threads, finish)
         return result
 
