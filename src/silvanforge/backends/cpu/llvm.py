@@ -1,4 +1,4 @@
-"""LIR → LLVM IR (an ``llvmlite.ir.Module``).
+"""LIR → LLVM IR (a :class:`.llvmtext.Module`, built as text).
 
 A LIR variable that something assigns is a stack slot allocated in the function's entry
 block, so LLVM's mem2reg turns it into registers; one only declared is the SSA value of
@@ -20,10 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-import llvmlite.ir as ll
-
 from ...errors import BackendError
 from ...lir import ir
+from . import llvmtext as ll
 from . import outline
 from .freevars import FreeValues, walk_stmts
 
@@ -34,9 +33,9 @@ _I8P = ll.IntType(8).as_pointer()
 _I32 = ll.IntType(32)
 _I64 = ll.IntType(64)
 
-# llvmlite.ir builder methods per LIR operator.
+# LLVM opcodes per LIR operator.
 _INT_BINOPS = {"add": "add", "sub": "sub", "mul": "mul", "div": "sdiv", "rem": "srem",
-               "and": "and_", "or": "or_", "xor": "xor", "shl": "shl", "lshr": "lshr",
+               "and": "and", "or": "or", "xor": "xor", "shl": "shl", "lshr": "lshr",
                "ashr": "ashr"}
 _FLOAT_BINOPS = {"add": "fadd", "sub": "fsub", "mul": "fmul", "div": "fdiv", "rem": "frem"}
 _FLOAT_MINMAX = {"min": "llvm.minnum", "max": "llvm.maxnum"}  # NaN operand: the other one
@@ -201,7 +200,7 @@ class _FunctionBuilder:
         table = _FLOAT_BINOPS if e.dtype.is_float else _INT_BINOPS
         if e.op not in table:
             raise BackendError(f"operator {e.op!r} is not defined on {e.dtype}")
-        return getattr(self.b, table[e.op])(a, b)
+        return self.b.binary(table[e.op], a, b)
 
     def _e_Cmp(self, e: ir.Cmp) -> ll.Value:
         a, b = self.expr(e.a), self.expr(e.b)
@@ -231,19 +230,21 @@ class _FunctionBuilder:
             return (self.b.fcmp_unordered("!=", a, zero) if src.is_float
                     else self.b.icmp_unsigned("!=", a, zero))
         if src.is_float and dst.is_float:
-            return self.b.fpext(a, to) if dst.bits > src.bits else self.b.fptrunc(a, to)
-        if src.is_float:
-            return self.b.fptosi(a, to)
-        if dst.is_float:
-            return self.b.uitofp(a, to) if src == ir.BOOL else self.b.sitofp(a, to)
-        if dst.bits < src.bits:
-            return self.b.trunc(a, to)
-        return self.b.zext(a, to) if src == ir.BOOL else self.b.sext(a, to)
+            op = "fpext" if dst.bits > src.bits else "fptrunc"
+        elif src.is_float:
+            op = "fptosi"
+        elif dst.is_float:
+            op = "uitofp" if src == ir.BOOL else "sitofp"
+        elif dst.bits < src.bits:
+            op = "trunc"
+        else:
+            op = "zext" if src == ir.BOOL else "sext"
+        return self.b.convert(op, a, to)
 
     def _e_Bitcast(self, e: ir.Bitcast) -> ll.Value:
         if e.a.dtype.bits != e.dtype.bits or e.a.dtype == ir.BOOL:
             raise BackendError(f"bitcast from {e.a.dtype} to {e.dtype}: widths differ")
-        return self.b.bitcast(self.expr(e.a), llvm_type(e.dtype))
+        return self.b.convert("bitcast", self.expr(e.a), llvm_type(e.dtype))
 
     def _e_Math(self, e: ir.Math) -> ll.Value:
         a = self.expr(e.a)
@@ -255,7 +256,7 @@ class _FunctionBuilder:
     def address(self, buf: ir.Buffer, index: ir.Expr) -> ll.Value:
         i = self.expr(index)
         if i.type != _I64:
-            i = self.b.sext(i, _I64)
+            i = self.b.convert("sext", i, _I64)
         return self.b.gep(self.lookup("buffer", buf.name), [i])
 
     # ---- statements -------------------------------------------------------------------
@@ -282,7 +283,7 @@ class _FunctionBuilder:
     def _s_Prefetch(self, s: ir.Prefetch) -> None:
         # llvm.prefetch(address, rw=read, locality=keep in all cache levels, data cache)
         fnty = ll.FunctionType(_VOID, [_I8P, _I32, _I32, _I32])
-        ptr = self.b.bitcast(self.address(s.buffer, s.index), _I8P)
+        ptr = self.b.convert("bitcast", self.address(s.buffer, s.index), _I8P)
         args = [ptr] + [ll.Constant(_I32, v) for v in (0, 3, 1)]
         self.b.call(self.function("llvm.prefetch.p0", fnty), args)
 
@@ -350,7 +351,7 @@ class _FunctionBuilder:
         self.b.cbranch(self.b.icmp_signed("<", self.b.load(slot), stop), block, done)
         self.b.position_at_end(block)
         body()
-        self.b.store(self.b.add(self.b.load(slot), step), slot)
+        self.b.store(self.b.binary("add", self.b.load(slot), step), slot)
         self.b.branch(cond)
         self.b.position_at_end(done)
         self.scopes.pop()
@@ -386,28 +387,29 @@ class _FunctionBuilder:
         # parallel region OpenMP reports thread 0 of 1, so the body runs every iteration,
         # and the call costs no thread start-up (small batches, n_jobs=1).
         start, stop, step = bounds
-        one_iteration = self.b.icmp_signed("<=", self.b.sub(stop, start), step)
-        serial = self.b.or_(one_iteration,
+        one_iteration = self.b.icmp_signed("<=", self.b.binary("sub", stop, start), step)
+        serial = self.b.binary("or", one_iteration,
                             self.b.icmp_unsigned("==", threads, ll.Constant(_I32, 1)))
         with self.b.if_else(serial) as (direct, parallel):
             with direct:
-                self.b.call(outlined, [self.b.bitcast(data, _I8P)])
+                self.b.call(outlined, [self.b.convert("bitcast", data, _I8P)])
             with parallel:
                 self.b.call(self.function("GOMP_parallel", _OMP_FUNCS["GOMP_parallel"]),
-                            [outlined, self.b.bitcast(data, _I8P), threads,
+                            [outlined, self.b.convert("bitcast", data, _I8P), threads,
                              ll.Constant(_I32, 0)])
 
     def _thread_count(self, threads: ll.Value) -> ll.Value:
         """An i64 thread count as GOMP's unsigned; <= 0 means the runtime's default."""
         positive = self.b.icmp_signed(">", threads, ll.Constant(threads.type, 0))
         clamped = self.b.select(positive, threads, ll.Constant(threads.type, 0))
-        return self.b.trunc(clamped, _I32) if threads.type.width > 32 else clamped
+        return (self.b.convert("trunc", clamped, _I32) if threads.type.width > 32
+                else clamped)
 
     def omp_call(self, name: str, dtype: ir.DType) -> ll.Value:
         """Call an ``omp_get_*`` i32 function; the result widened to ``dtype``."""
         value = self.b.call(self.function(name, _OMP_FUNCS[name]), [])
         to = llvm_type(dtype)
-        return value if to == _I32 else self.b.sext(value, to)
+        return value if to == _I32 else self.b.convert("sext", value, to)
 
 
 def _emit_chunk(fn: ll.Function, loop: ir.For, free: FreeValues, data_type: ll.Type,
@@ -417,7 +419,7 @@ def _emit_chunk(fn: ll.Function, loop: ir.For, free: FreeValues, data_type: ll.T
     start, stop, step, nt = (ir.Var(f"omp.{n}", t) for n in ("start", "stop", "step", "nt"))
     chunks = _chunk_loop(loop, start, stop, step, nt)
     body = _FunctionBuilder(fn.module, fn, openmp, assigned | _assigned(chunks))
-    data = body.b.bitcast(fn.args[0], data_type.as_pointer())
+    data = body.b.convert("bitcast", fn.args[0], data_type.as_pointer())
     fields = [body.b.load(body.b.gep(data, [ll.Constant(_I32, 0), ll.Constant(_I32, k)]))
               for k in range(len(data_type.elements))]
     for var, value in zip([start, stop, step, *free.vars], fields):
