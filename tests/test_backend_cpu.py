@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from silvanforge.backends import get_backend
-from silvanforge.backends.cpu import CompiledKernel, Target, compile_kernel, entry, jit, openmp
+from silvanforge.backends.cpu import (CompiledKernel, Target, build, compile_kernel, entry, jit,
+                                     openmp)
 from silvanforge.errors import BackendError, SilvanForgeWarning
 from silvanforge.lir import ir
 from silvanforge.lir.printer import print_lir
@@ -414,7 +415,7 @@ def test_object_code_reloads_without_recompiling(par_kernels, monkeypatch):
         raise AssertionError("reloading must not compile")
 
     monkeypatch.setattr(jit, "render_module", no_compiling)
-    monkeypatch.setattr(jit, "_optimise", no_compiling)
+    monkeypatch.setattr(build, "build_object", no_compiling)
     reloaded = CompiledKernel.from_object(original.object_code, original.target, "par",
                                           original.params)
     assert reloaded.llvm_ir is None and reloaded.address != original.address

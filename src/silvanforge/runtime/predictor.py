@@ -18,6 +18,7 @@ Pickling uses the same bytes.
 from __future__ import annotations
 
 import io
+import itertools
 import os
 import warnings
 from dataclasses import dataclass
@@ -43,9 +44,9 @@ from ..representations.tiled import TILED
 from ..schedule import Schedule, named
 from ..schedule.library import LIBRARY
 
-# 2: kernels finish their rows (a ``finish`` argument). Format 1 archives load with
-# their code rebuilt.
-FORMAT_VERSION = 2
+# 2: kernels finish their rows (a ``finish`` argument). 3: a kernel's code may be several
+# object files. Older archives load with their code rebuilt.
+FORMAT_VERSION = 3
 DUMP_LEVELS = ("hir", "mir", "lir", "llvm")
 # A one-row call is ~2 µs, half of it Python: a global is read faster than a module's.
 _SCORE = kernel_finish.SCORE
@@ -93,7 +94,7 @@ class _Kernel:
     """One schedule's compiled code: MIR, LIR and machine code."""
 
     def __init__(self, forest: Forest, representation: Any, schedule: Schedule,
-                 object_code: bytes | None, target: Target | None,
+                 object_code: tuple[bytes, ...] | None, target: Target | None,
                  model_args: list[int]) -> None:
         self.schedule = schedule
         self.mir = mir_lower(forest, schedule)
@@ -208,7 +209,8 @@ class Predictor(ForestShape):
     """
 
     def __init__(self, forest: Forest, options: Options,
-                 object_code: tuple[bytes, ...] = (), target: Target | None = None,
+                 object_code: tuple[tuple[bytes, ...], ...] = (),
+                 target: Target | None = None,
                  node_tile: np.ndarray | None = None) -> None:
         self.forest = forest
         self.options = options
@@ -323,8 +325,9 @@ class Predictor(ForestShape):
         t = self.kernel.target
         header = {"format": FORMAT_VERSION, "forest": meta, "options": vars(self.options),
                   "target": [t.triple, t.cpu, t.features]}
-        codes = {f"object_code_{i}": np.frombuffer(k.code.object_code, dtype=np.uint8)
-                 for i, k in enumerate(filter(None, (self._main, self._small)))}
+        codes = {f"object_code_{i}_{j}": np.frombuffer(obj, dtype=np.uint8)
+                 for i, k in enumerate(filter(None, (self._main, self._small)))
+                 for j, obj in enumerate(k.code.object_code)}
         if self._node_tile is not None:
             codes["node_tile"] = np.asarray(self._node_tile)
         buf = io.BytesIO()
@@ -338,14 +341,17 @@ class Predictor(ForestShape):
             archive = np.load(io.BytesIO(data), allow_pickle=False)
             header = serialize.loads_meta(archive["header"])
             fmt = header.get("format")
-            if fmt not in (1, FORMAT_VERSION):
+            if fmt not in range(1, FORMAT_VERSION + 1):
                 raise ModelFormatError(f"predictor format {fmt!r} is not {FORMAT_VERSION}")
             arrays = {k[len("forest_"):]: archive[k] for k in archive.files
                       if k.startswith("forest_")}
             forest = serialize.from_arrays(arrays, header["forest"])
             options = Options(**header["options"])
             target = Target(*header["target"])
-            codes = tuple(archive[f"object_code_{i}"].tobytes()
+            codes = tuple(tuple(archive[f"object_code_{i}_{j}"].tobytes()
+                                for j in itertools.takewhile(
+                                    lambda j: f"object_code_{i}_{j}" in archive.files,
+                                    itertools.count()))
                           for i in range(1 + bool(options.small_schedule)))
             if fmt != FORMAT_VERSION:
                 warnings.warn(f"predictor saved in format {fmt} (an older SilvanForge): "

@@ -2,6 +2,8 @@
 
 Both paths end in the same place: object code is added to an MCJIT engine over an empty
 module, so a kernel compiled now and one reloaded from bytes run identical machine code.
+A big kernel is compiled as several modules in parallel (:mod:`.build`): its object
+code is one object file per module, linked by the engine.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import llvmlite.binding as llvm
 from ...errors import BackendError
 from ...lir import ir
 from . import openmp
+from . import build
+from . import llvmtext as ll
 from .entry import kernel_entry
 from .freevars import walk_stmts
 from .llvm import render_module
@@ -23,6 +27,10 @@ _ARG_CTYPES = {ir.BOOL: ctypes.c_bool, ir.I8: ctypes.c_int8, ir.I32: ctypes.c_in
                ir.I64: ctypes.c_int64, ir.F32: ctypes.c_float, ir.F64: ctypes.c_double}
 # A symbol only code with parallel loops references: reloading it needs the runtime.
 _OMP_SYMBOL = b"GOMP_parallel"
+# Instructions a module compiled in a worker process holds at least: below, the transfer
+# and the parallel work do not pay for themselves (nyc-taxi-like as code, 100 trees,
+# ~30,000 instructions: LLVM 1.2 s on one core).
+MIN_PARALLEL_INSTRUCTIONS = 10_000
 
 Params = Sequence[Union[ir.Buffer, ir.Var]]
 
@@ -78,46 +86,64 @@ def compile_kernel(kernel: ir.Kernel, *, opt: int = 2) -> "CompiledKernel":
     array([0., 2., 4.])
     """
     parallel = any(isinstance(s, ir.For) and s.parallel for s in walk_stmts(kernel.body))
-    module = render_module(kernel, openmp=parallel and openmp.runtime() is not None)
     target = Target.host()
-    machine = target.machine(opt)
-    module.triple = target.triple
-    module.data_layout = str(machine.target_data)
+    pieces = _Pieces(target, opt) if build.cores() > 1 else None
+    module = render_module(kernel, openmp=parallel and openmp.runtime() is not None,
+                           outlined=pieces)
     try:
-        parsed = llvm.parse_assembly(str(module))
-        parsed.verify()
-    except RuntimeError as exc:
-        raise BackendError(f"kernel {kernel.name}: invalid LLVM IR: {exc}") from exc
-    _optimise(parsed, machine, opt)
-    return CompiledKernel(machine.emit_object(parsed), target, kernel.name, kernel.params,
-                          llvm_ir=str(parsed))
+        if pieces is None or pieces.build is None:
+            built = [build.build_object(str(module), target.triple, target.cpu,
+                                        target.features, opt)]
+        else:
+            built = pieces.build.finish(str(module))
+    except build.BuildError as exc:
+        raise BackendError(f"kernel {kernel.name}: invalid LLVM IR: {exc}") from None
+    return CompiledKernel(tuple(obj for obj, _ in built), target, kernel.name,
+                          kernel.params, llvm_ir="\n".join(text for _, text in built))
 
 
-def _optimise(module: llvm.ModuleRef, machine: llvm.TargetMachine, opt: int) -> None:
-    options = llvm.create_pipeline_tuning_options(speed_level=opt)
-    passes = llvm.create_pass_builder(machine, options)
-    passes.getModulePassManager().run(module, passes)
+class _Pieces:
+    """Collects a kernel's outlined functions into modules of at least
+    :data:`MIN_PARALLEL_INSTRUCTIONS`, each sent to a parallel build when full."""
+
+    def __init__(self, target: Target, opt: int) -> None:
+        self.target, self.opt = target, opt
+        self.batch: list[ll.Function] = []
+        self.instructions = 0
+        self.build: build.ParallelBuild | None = None
+
+    def __call__(self, module: ll.Module, fn: ll.Function) -> None:
+        self.batch.append(fn)
+        self.instructions += fn.instructions
+        if self.instructions < MIN_PARALLEL_INSTRUCTIONS:
+            return
+        if self.build is None:
+            t = self.target
+            self.build = build.ParallelBuild(t.triple, t.cpu, t.features, self.opt)
+        self.build.submit(module.detach(self.batch))
+        self.batch, self.instructions = [], 0
 
 
 class CompiledKernel:
     """Machine code of one kernel, loaded and callable.
 
     ``function`` is a ctypes callable: buffers are passed as addresses (``c_void_p``),
-    scalars as their C type. ``object_code`` and ``target`` are what
+    scalars as their C type. ``object_code`` (object files) and ``target`` are what
     :meth:`from_object` needs to load the same code again; ``llvm_ir`` is the optimised
-    module (None after a reload). The JIT engine lives as long as this object.
+    module or modules (None after a reload). The JIT engine lives as long as this object.
     """
 
-    def __init__(self, object_code: bytes, target: Target, name: str, params: Params,
-                 llvm_ir: str | None = None):
-        if _OMP_SYMBOL in object_code and openmp.runtime() is None:
+    def __init__(self, object_code: tuple[bytes, ...], target: Target, name: str,
+                 params: Params, llvm_ir: str | None = None):
+        if any(_OMP_SYMBOL in obj for obj in object_code) and openmp.runtime() is None:
             raise BackendError(f"kernel {name}: the code calls OpenMP and no OpenMP "
                                "runtime was found")
         self.object_code, self.target, self.name = object_code, target, name
         self.params, self.llvm_ir = tuple(params), llvm_ir
         self._machine = Target.host().machine()
         self._engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), self._machine)
-        self._engine.add_object_file(llvm.ObjectFileRef.from_data(object_code))
+        for obj in object_code:
+            self._engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
         self._engine.finalize_object()
         self.address = self._engine.get_function_address(name)
         if not self.address:
@@ -146,7 +172,7 @@ class CompiledKernel:
         return kernel_entry(self.params, self.function, self.address, bound, keep=self)
 
     @classmethod
-    def from_object(cls, object_code: bytes, target: Target, kernel_name: str,
+    def from_object(cls, object_code: tuple[bytes, ...], target: Target, kernel_name: str,
                     params: Params) -> "CompiledKernel":
         """Load object code built by :func:`compile_kernel`, without recompiling.
 

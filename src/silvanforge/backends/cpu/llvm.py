@@ -17,7 +17,7 @@ bounded size (:mod:`.outline`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from ...errors import BackendError
@@ -62,10 +62,28 @@ def llvm_type(dtype: ir.DType) -> ll.Type:
     return _LL_TYPES[dtype]
 
 
-def render_module(kernel: ir.Kernel, *, openmp: bool = True) -> ll.Module:
+# Called with each outlined function once it is complete (it may be detached from the
+# module and compiled elsewhere: :mod:`.build`).
+Outlined = Callable[[ll.Module, ll.Function], None]
+
+
+@dataclass(frozen=True)
+class _Render:
+    """What every function of one module's rendering shares."""
+
+    module: ll.Module
+    openmp: bool
+    assigned: frozenset[str]  # names of variables that need a slot
+    size: outline.Sizer  # blocks over its budget become functions
+    outlined: Outlined | None
+
+
+def render_module(kernel: ir.Kernel, *, openmp: bool = True,
+                  outlined: Outlined | None = None) -> ll.Module:
     """Render ``kernel`` as an LLVM module holding ``void @<kernel.name>(params...)``.
 
-    With ``openmp`` False parallel loops are rendered as serial loops.
+    With ``openmp`` False parallel loops are rendered as serial loops. ``outlined`` is
+    called with each piece of a large block rendered as a function of its own.
 
     >>> k = ir.Kernel("noop", [ir.Buffer("x", ir.F64), ir.Var("n", ir.I64)], [])
     >>> print(render_module(k).get_global("noop").ftype)
@@ -78,7 +96,8 @@ def render_module(kernel: ir.Kernel, *, openmp: bool = True) -> ll.Module:
     types = [llvm_type(p.dtype).as_pointer() if isinstance(p, ir.Buffer)
              else llvm_type(p.dtype) for p in kernel.params]
     fn = ll.Function(module, ll.FunctionType(_VOID, types), kernel.name)
-    body = _FunctionBuilder(module, fn, openmp, _assigned(kernel.body))
+    render = _Render(module, openmp, _assigned(kernel.body), outline.Sizer(), outlined)
+    body = _FunctionBuilder(render, fn)
     for p, arg in zip(kernel.params, fn.args):
         arg.name = p.name
         if isinstance(p, ir.Buffer):
@@ -93,11 +112,10 @@ def render_module(kernel: ir.Kernel, *, openmp: bool = True) -> ll.Module:
 class _FunctionBuilder:
     """Emits LIR statements into one LLVM function."""
 
-    def __init__(self, module: ll.Module, fn: ll.Function, openmp: bool,
-                 assigned: frozenset[str], size: outline.Sizer | None = None):
-        self.module, self.fn, self.openmp = module, fn, openmp
-        self.assigned = assigned  # names of variables that need a slot
-        self.size = size or outline.Sizer()  # blocks over its budget become functions
+    def __init__(self, render: _Render, fn: ll.Function):
+        self.render, self.fn = render, fn
+        self.module, self.openmp, self.size = render.module, render.openmp, render.size
+        self.assigned = render.assigned
         entry = fn.append_basic_block("entry")
         self.allocas = ll.IRBuilder(entry)  # slots go here so mem2reg can promote them
         self.start = fn.append_basic_block("start")
@@ -154,7 +172,7 @@ class _FunctionBuilder:
                          self.module.get_unique_name(f"{self.fn.name}.part"))
         fn.linkage = "internal"
         fn.attributes.add("noinline")  # the point: LLVM optimises each piece alone
-        body = _FunctionBuilder(self.module, fn, self.openmp, self.assigned, self.size)
+        body = _FunctionBuilder(self.render, fn)
         for var, arg in zip(free.vars, fn.args):
             body.declare(var, arg)
         for buf, arg in zip(free.buffers, fn.args[len(free.vars):]):
@@ -167,6 +185,8 @@ class _FunctionBuilder:
         body.block(stmts)
         body.finish()
         self.b.call(fn, args)
+        if self.render.outlined is not None:
+            self.render.outlined(self.module, fn)
 
     def function(self, name: str, fnty: ll.FunctionType) -> ll.Function:
         """The module's declaration of ``name``, added on first use."""
@@ -379,7 +399,7 @@ class _FunctionBuilder:
         outlined = ll.Function(self.module, _OMP_BODY,
                                self.module.get_unique_name(f"{self.fn.name}.omp"))
         outlined.linkage = "internal"
-        _emit_chunk(outlined, s, free, data_type, self.openmp, self.assigned)
+        _emit_chunk(self.render, outlined, s, free, data_type)
 
         threads = (ll.Constant(_I32, 0) if s.threads is None
                    else self._thread_count(self.expr(s.threads)))
@@ -412,13 +432,14 @@ class _FunctionBuilder:
         return value if to == _I32 else self.b.convert("sext", value, to)
 
 
-def _emit_chunk(fn: ll.Function, loop: ir.For, free: FreeValues, data_type: ll.Type,
-                openmp: bool, assigned: frozenset[str]) -> None:
+def _emit_chunk(render: _Render, fn: ll.Function, loop: ir.For, free: FreeValues,
+                data_type: ll.Type) -> None:
     """Fill ``fn``: unpack the data struct, run this thread's contiguous iterations."""
     t = loop.var.dtype
     start, stop, step, nt = (ir.Var(f"omp.{n}", t) for n in ("start", "stop", "step", "nt"))
     chunks = _chunk_loop(loop, start, stop, step, nt)
-    body = _FunctionBuilder(fn.module, fn, openmp, assigned | _assigned(chunks))
+    body = _FunctionBuilder(replace(render, assigned=render.assigned | _assigned(chunks)),
+                            fn)
     data = body.b.convert("bitcast", fn.args[0], data_type.as_pointer())
     fields = [body.b.load(body.b.gep(data, [ll.Constant(_I32, 0), ll.Constant(_I32, k)]))
               for k in range(len(data_type.elements))]

@@ -189,16 +189,47 @@ class Module:
         return unique if unique not in self.globals else self.get_unique_name(name)
 
     def __str__(self) -> str:
+        return self._text(list(self.globals.values()))
+
+    def _text(self, functions: list["Function"]) -> str:
         head = [f'; ModuleID = "{self.name}"', f'target triple = "{self.triple}"',
                 f'target datalayout = "{self.data_layout}"', ""]
-        return "\n".join(head + [str(f) for f in self.globals.values()])
+        return "\n".join(head + [str(f) for f in functions]) + "\n"
+
+    def detach(self, functions: Sequence["Function"]) -> str:
+        """A module of text defining ``functions`` (exported: without internal linkage)
+        and declaring what they use; here they become declarations. The pieces of a big
+        kernel are compiled as such modules, in parallel (:mod:`.build`).
+
+        >>> m = Module()
+        >>> piece = Function(m, FunctionType(VoidType(), []), "piece")
+        >>> piece.linkage = "internal"
+        >>> IRBuilder(piece.append_basic_block("entry")).ret_void()
+        >>> main = Function(m, FunctionType(VoidType(), []), "main")
+        >>> b = IRBuilder(main.append_basic_block("entry"))
+        >>> _ = b.call(piece, [])
+        >>> b.ret_void()
+        >>> text = m.detach([piece])
+        >>> 'define void @"piece"()' in text, 'declare void @"piece"()' in str(m)
+        (True, True)
+        """
+        names = {f.name for f in functions}
+        used = {u.name: u for f in functions for u in f.uses.values() if u.name not in names}
+        for u in used.values():
+            if u.blocks:  # defined here, called from there
+                u.linkage = ""
+        text = "\n".join([self._text([]), *(u.declaration() for u in used.values()),
+                          *(f.text(exported=True) for f in functions)])
+        for f in functions:
+            f.blocks = []
+        return text
 
 
 class Function(Value):
     """A function of a module: a declaration until a block is appended."""
 
     __slots__ = ("module", "name", "ftype", "args", "blocks", "linkage", "attributes",
-                 "_names", "_next")
+                 "uses", "_names", "_next")
 
     def __init__(self, module: Module, ftype: FunctionType, name: str) -> None:
         super().__init__(ftype.as_pointer(), '@"' + name + '"')
@@ -206,9 +237,14 @@ class Function(Value):
         self.args = [Argument(t, _local(f".{k}")) for k, t in enumerate(ftype.args)]
         self.blocks: list[Block] = []
         self.linkage, self.attributes = "", set()
+        self.uses: dict[str, Function] = {}  # functions it calls or passes
         self._names: dict[str, int] = {}
         self._next = len(self.args) - 1  # temporaries follow the arguments
         module.globals[name] = self
+
+    @property
+    def instructions(self) -> int:
+        return sum(len(b.lines) for b in self.blocks)
 
     @property
     def is_declaration(self) -> bool:
@@ -229,11 +265,20 @@ class Function(Value):
         return '%".' + str(self._next) + '"'
 
     def __str__(self) -> str:
-        ret = self.ftype.return_type.text
+        return self.text()
+
+    def declaration(self) -> str:
+        args = ", ".join(a.text for a in self.ftype.args)
+        return f"declare {self.ftype.return_type.text} {self.ref}({args})\n"
+
+    def text(self, exported: bool = False) -> str:
+        """The definition (``exported``: without internal linkage), or the declaration
+        of a function without blocks."""
         if self.is_declaration:
-            return f"declare {ret} {self.ref}({', '.join(a.text for a in self.ftype.args)})\n"
+            return self.declaration()
+        ret = self.ftype.return_type.text
         args = ", ".join(" ".join([a.type.text, *a.attributes, a.ref]) for a in self.args)
-        linkage = self.linkage + " " if self.linkage else ""
+        linkage = self.linkage + " " if self.linkage and not exported else ""
         attrs = "".join(" " + a for a in sorted(self.attributes))
         body = "\n".join(f"{b.name}:\n" + "\n".join(b.lines) for b in self.blocks)
         return f"define {linkage}{ret} {self.ref}({args}){attrs}\n{{\n{body}\n}}\n"
@@ -326,6 +371,11 @@ class IRBuilder:
 
     # calls and control flow
     def call(self, fn: Function, args: Sequence[Value]) -> Value | None:
+        uses = self.function.uses
+        uses[fn.name] = fn
+        for a in args:
+            if isinstance(a, Function):
+                uses[a.name] = a
         ret = fn.ftype.return_type
         text = f"call {ret.text} {fn.ref}({', '.join(f'{a.type.text} {a.ref}' for a in args)})"
         if isinstance(ret, VoidType):

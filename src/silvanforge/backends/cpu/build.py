@@ -1,0 +1,232 @@
+"""LLVM IR text → optimised object code, in this process or in worker processes.
+
+llvmlite runs every LLVM call under one process-wide lock, so threads cannot compile two
+modules at once. The pieces of a big kernel (trees as code: 1000 trees are ~13 MB of IR,
+15 s of LLVM on one core) are compiled as modules of their own (see
+:meth:`.llvmtext.Module.detach`) by worker processes while this process is still
+rendering the rest; once it is done, it builds the main module and takes its share of
+the pieces not started yet. The workers are plain ``python`` processes running this file,
+started on first use and kept for the life of the process: they never import the
+caller's ``__main__`` (as ``multiprocessing`` would), nor SilvanForge: this module imports
+only llvmlite and the standard library. A worker that cannot be started or dies leaves
+its modules to this process, with the same result.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import queue
+import struct
+import subprocess
+import sys
+import threading
+import llvmlite.binding as llvm
+
+
+class BuildError(RuntimeError):
+    """LLVM refused a module (invalid IR: a bug of the renderer)."""
+
+
+def build_object(text: str, triple: str, cpu: str, features: str,
+                 opt: int) -> tuple[bytes, str]:
+    """Parse, verify and optimise ``text`` at level ``opt`` (0-3) and emit it for the
+    given target: (object code, optimised IR).
+
+    >>> obj, ir = build_object("define void @f() { ret void }", llvm.get_process_triple(),
+    ...                        "", "", 2)
+    >>> obj[:4] == b"\\x7fELF" or sys.platform != "linux", "define void @f()" in ir
+    (True, True)
+    """
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    machine = llvm.Target.from_triple(triple).create_target_machine(
+        cpu=cpu, features=features, opt=opt, jit=True)
+    try:
+        module = llvm.parse_assembly(text)
+        module.triple = triple
+        module.data_layout = str(machine.target_data)
+        module.verify()
+    except RuntimeError as exc:
+        raise BuildError(str(exc)) from None
+    options = llvm.create_pipeline_tuning_options(speed_level=opt)
+    passes = llvm.create_pass_builder(machine, options)
+    passes.getModulePassManager().run(module, passes)
+    return machine.emit_object(module), str(module)
+
+
+class ParallelBuild:
+    """Modules submitted one by one, built by workers as they come (one per core beyond
+    this process's) and by this process in :meth:`finish`.
+
+    >>> job = ParallelBuild(llvm.get_process_triple(), "", "", 2)
+    >>> job.submit("define void @g() { ret void }")
+    >>> [("define void @" in ir) for _, ir in job.finish("define void @f() { ret void }")]
+    [True, True]
+    """
+
+    def __init__(self, triple: str, cpu: str, features: str, opt: int) -> None:
+        self.target = (triple, cpu, features, opt)
+        self.jobs: list[_Job] = []
+        self.pending: queue.Queue[_Job | None] = queue.Queue()
+        self.workers = [threading.Thread(target=self._serve, args=(w,), daemon=True)
+                        for w in _pool(cores() - 1)]
+        for thread in self.workers:
+            thread.start()
+
+    def submit(self, text: str) -> None:
+        job = _Job(text)
+        self.jobs.append(job)
+        self.pending.put(job)
+
+    def finish(self, main: str) -> list[tuple[bytes, str]]:
+        """Build ``main`` here, and the submitted modules no worker has started; wait
+        for the others: (object, optimised IR) of ``main``, then of each submitted
+        module in order."""
+        for _ in self.workers:
+            self.pending.put(None)  # each worker's thread stops there
+        results = [build_object(main, *self.target)]
+        while True:
+            job = self.pending.get()
+            if job is None:
+                break
+            job.build(self.target)
+        for job in self.jobs:
+            job.done.wait()
+            if job.answer is None:  # its worker died
+                job.build(self.target)
+        for job in self.jobs:
+            if isinstance(job.answer, BuildError):
+                raise job.answer
+        return results + [job.answer for job in self.jobs]  # type: ignore[misc]
+
+    def _serve(self, worker: "_Worker") -> None:
+        while True:
+            job = self.pending.get()
+            if job is None:
+                self.pending.put(None)  # leave it for finish
+                return
+            try:
+                job.answer = worker.exchange(self.target, job.text)
+            except (OSError, ValueError, struct.error):
+                worker.close()  # this process will build the job
+                job.done.set()
+                return
+            job.done.set()
+
+
+def cores() -> int:
+    """The CPU cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+class _Job:
+    """One module to build: its text, then its answer."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.answer: tuple[bytes, str] | BuildError | None = None
+        self.done = threading.Event()
+
+    def build(self, target: tuple[str, str, str, int]) -> None:
+        try:
+            self.answer = build_object(self.text, *target)
+        except BuildError as exc:
+            self.answer = exc
+        self.done.set()
+
+
+# ---- workers --------------------------------------------------------------------------
+
+class _Worker:
+    def __init__(self) -> None:
+        # The worker runs this file by path: it needs neither SilvanForge on sys.path
+        # nor its package imports.
+        boot = ("import importlib.util as u, sys; s = u.spec_from_file_location("
+                f"'silvanforge_build_worker', {__file__!r}); m = u.module_from_spec(s); "
+                "s.loader.exec_module(m); m.serve(sys.stdin.buffer, sys.stdout.buffer)")
+        self.process: subprocess.Popen | None = subprocess.Popen(
+            [sys.executable, "-c", boot], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self.lock = threading.Lock()
+        self.pid = os.getpid()  # a forked child must not talk to its parent's workers
+
+    def exchange(self, target: tuple[str, str, str, int],
+                 text: str) -> tuple[bytes, str] | BuildError:
+        """The worker's build of ``text``; OSError when the worker is gone."""
+        request = _frame(json.dumps(target).encode()) + _frame(text.encode())
+        with self.lock:
+            if self.process is None or self.pid != os.getpid():
+                raise OSError("no worker")
+            self.process.stdin.write(request)  # type: ignore[union-attr]
+            self.process.stdin.flush()  # type: ignore[union-attr]
+            status = _read_frame(self.process.stdout)
+            first, second = _read_frame(self.process.stdout), _read_frame(self.process.stdout)
+        if status == b"error":
+            return BuildError(first.decode())
+        return first, second.decode()
+
+    def close(self) -> None:
+        process, self.process = self.process, None
+        if process is not None:
+            process.kill()
+            process.wait()
+
+
+_WORKERS: list[_Worker] = []
+
+
+def _pool(wanted: int) -> list[_Worker]:
+    """Up to ``wanted`` live workers, one per core beyond this process's."""
+    alive = [w for w in _WORKERS if w.process is not None and w.process.poll() is None
+             and w.pid == os.getpid()]
+    _WORKERS[:] = alive
+    while len(_WORKERS) < min(wanted, cores() - 1):
+        try:
+            _WORKERS.append(_Worker())
+        except OSError:  # no way to start a process here: build in this one
+            break
+    return _WORKERS[:wanted]
+
+
+@atexit.register
+def _close_workers() -> None:
+    for worker in _WORKERS:
+        if worker.pid == os.getpid():
+            worker.close()
+
+
+def _frame(data: bytes) -> bytes:
+    return struct.pack("<Q", len(data)) + data
+
+
+def _read_frame(stream) -> bytes:  # type: ignore[no-untyped-def]
+    (size,) = struct.unpack("<Q", _read_exactly(stream, 8))
+    return _read_exactly(stream, size)
+
+
+def _read_exactly(stream, size: int) -> bytes:  # type: ignore[no-untyped-def]
+    data = stream.read(size)
+    if len(data) != size:
+        raise OSError("the stream ended")
+    return data
+
+
+def serve(requests, answers) -> None:  # type: ignore[no-untyped-def]
+    """A worker's loop: build each requested module until the requests end."""
+    while True:
+        try:
+            header = _read_frame(requests)
+        except OSError:
+            return
+        text = _read_frame(requests).decode()
+        triple, cpu, features, opt = json.loads(header)
+        try:
+            obj, ir = build_object(text, triple, cpu, features, opt)
+            answers.write(_frame(b"ok") + _frame(obj) + _frame(ir.encode()))
+        except BuildError as exc:
+            answers.write(_frame(b"error") + _frame(str(exc).encode()) + _frame(b""))
+        answers.flush()
