@@ -119,8 +119,9 @@ class _FunctionBuilder:
         entry = fn.append_basic_block("entry")
         self.allocas = ll.IRBuilder(entry)  # slots go here so mem2reg can promote them
         self.start = fn.append_basic_block("start")
-        self.b = ll.IRBuilder(self.start)
-        self.scopes: list[dict[tuple[str, str], ll.Value]] = [{}]
+        # Names (keys: (kind, name)) and known pure instructions (keys: their text).
+        self.scopes: list[dict] = [{}]
+        self.b = ll.IRBuilder(self.start, known=self.scopes)
 
     def finish(self) -> None:
         self.b.ret_void()
@@ -154,14 +155,21 @@ class _FunctionBuilder:
                 return scope[(kind, name)]
         raise BackendError(f"kernel {self.fn.name}: undefined {kind} {name!r}")
 
-    def block(self, stmts: list[ir.Stmt]) -> None:
+    def block(self, stmts: list[ir.Stmt], then: ll.Block | None = None) -> None:
+        """Render ``stmts``; ``then`` is where control goes after them, if known: an
+        ``If`` ending the block branches there directly (nested ifs of trees as code
+        would otherwise end in chains of blocks that only branch)."""
         self.scopes.append({})
+        last = stmts[-1] if stmts and then is not None and type(stmts[-1]) is ir.If else None
         for piece in outline.pieces(stmts, self.size):
             if piece.free is not None:
                 self._outlined(piece.stmts, piece.free)
                 continue
             for s in piece.stmts:
-                getattr(self, "_s_" + type(s).__name__)(s)
+                if s is last:
+                    self._s_If(s, then)
+                else:
+                    getattr(self, "_s_" + type(s).__name__)(s)
         self.scopes.pop()
 
     def _outlined(self, stmts: list[ir.Stmt], free: FreeValues) -> None:
@@ -206,7 +214,7 @@ class _FunctionBuilder:
         return self.value(e)
 
     def _e_Load(self, e: ir.Load) -> ll.Value:
-        return self.b.load(self.address(e.buffer, e.index))
+        return self.b.load(self.address(e.buffer, e.index), invariant=e.buffer.readonly)
 
     def _e_BinOp(self, e: ir.BinOp) -> ll.Value:
         a, b = self.expr(e.a), self.expr(e.b)
@@ -338,17 +346,21 @@ class _FunctionBuilder:
         self.b.branch(cond)
         self.b.position_at_end(done)
 
-    def _s_If(self, s: ir.If) -> None:
+    def _s_If(self, s: ir.If, then: ll.Block | None = None) -> None:
+        """``then``: where control goes after the ``If`` (see :meth:`block`)."""
         cond = self.expr(s.cond)
+        arms = [(self.fn.append_basic_block("if"), s.then)]
         if s.orelse:
-            with self.b.if_else(cond) as (then, orelse):
-                with then:
-                    self.block(s.then)
-                with orelse:
-                    self.block(s.orelse)
-        else:
-            with self.b.if_then(cond):
-                self.block(s.then)
+            arms.append((self.fn.append_basic_block("else"), s.orelse))
+        end = then or self.fn.append_basic_block("endif")
+        self.b.cbranch(cond, arms[0][0], arms[1][0] if s.orelse else end)
+        for block, stmts in arms:
+            self.b.position_at_end(block)
+            self.block(stmts, end)
+            if not self.b.block.terminated:
+                self.b.branch(end)
+        if then is None:
+            self.b.position_at_end(end)
 
     def _s_For(self, s: ir.For) -> None:
         if s.parallel and self.openmp:

@@ -294,9 +294,18 @@ _FCMP_UNORDERED = {"<": "ult", "<=": "ule", ">": "ugt", ">=": "uge", "==": "ueq"
 
 
 class IRBuilder:
-    """Appends instructions at the end of one block at a time."""
+    """Appends instructions at the end of one block at a time.
 
-    def __init__(self, block: Block) -> None:
+    ``known``, when set, is a stack of scopes (dicts) mapping the text of pure
+    instructions to their values, innermost last: an instruction whose text a scope
+    already holds is not emitted again (the renderer keeps one scope per block of
+    structured code, so a known value dominates where it is reused). Trees as code
+    read the same row value and compute the same address at many nodes of a path:
+    LLVM would merge them, after parsing and optimising each copy.
+    """
+
+    def __init__(self, block: Block, known: list[dict] | None = None) -> None:
+        self.known = known
         self.position_at_end(block)
 
     def position_at_end(self, block: Block) -> None:
@@ -307,6 +316,18 @@ class IRBuilder:
         self._lines.append(f"  {name} = {text}")
         return Value(type_, name)
 
+    def _pure(self, type_: Type, text: str) -> Value:
+        """The value of a side-effect-free instruction: a known one, or a new one."""
+        known = self.known
+        if known is None:
+            return self._value(type_, text)
+        for scope in reversed(known):
+            value = scope.get(text)
+            if value is not None:
+                return value
+        value = known[-1][text] = self._value(type_, text)
+        return value
+
     def _terminate(self, text: str) -> None:
         self._lines.append("  " + text)
         self.block.terminated = True
@@ -315,9 +336,11 @@ class IRBuilder:
     def alloca(self, type_: Type, name: str = "") -> Value:
         return self._value(type_.as_pointer(), f"alloca {type_.text}")
 
-    def load(self, ptr: Value) -> Value:
+    def load(self, ptr: Value, invariant: bool = False) -> Value:
+        """``*ptr``; ``invariant``: nothing writes there while the function runs."""
         pointee = ptr.type.pointee  # type: ignore[attr-defined]
-        return self._value(pointee, f"load {pointee.text}, {ptr.type.text} {ptr.ref}")
+        emit = self._pure if invariant else self._value
+        return emit(pointee, f"load {pointee.text}, {ptr.type.text} {ptr.ref}")
 
     def store(self, value: Value, ptr: Value) -> None:
         self._lines.append(f"  store {value.type.text} {value.ref}, {ptr.type.text} {ptr.ref}")
@@ -329,8 +352,8 @@ class IRBuilder:
             result = (result.elements[int(index.ref)] if isinstance(result, LiteralStructType)
                       else result.element)  # type: ignore[attr-defined]
         operands = ", ".join(f"{i.type.text} {i.ref}" for i in indices)
-        return self._value(result.as_pointer(), f"getelementptr {pointee.text}, "
-                                                 f"{ptr.type.text} {ptr.ref}, {operands}")
+        return self._pure(result.as_pointer(), f"getelementptr {pointee.text}, "
+                                                f"{ptr.type.text} {ptr.ref}, {operands}")
 
     def atomic_rmw(self, op: str, ptr: Value, value: Value, ordering: str) -> Value:
         return self._value(value.type, f"atomicrmw {op} {ptr.type.text} {ptr.ref}, "
@@ -339,14 +362,14 @@ class IRBuilder:
     # arithmetic
     def binary(self, op: str, a: Value, b: Value) -> Value:
         """``op`` (an LLVM opcode: ``add``, ``fmul``, ``sdiv``, ...) on ``a`` and ``b``."""
-        return self._value(a.type, f"{op} {a.type.text} {a.ref}, {b.ref}")
+        return self._pure(a.type, f"{op} {a.type.text} {a.ref}, {b.ref}")
 
     def not_(self, a: Value) -> Value:
         return self.binary("xor", a, Constant(a.type, -1 if a.type != _I1 else 1))
 
     def _compare(self, kind: str, table: dict[str, str], op: str, a: Value,
                  b: Value) -> Value:
-        return self._value(_I1, f"{kind} {table[op]} {a.type.text} {a.ref}, {b.ref}")
+        return self._pure(_I1, f"{kind} {table[op]} {a.type.text} {a.ref}, {b.ref}")
 
     def icmp_signed(self, op: str, a: Value, b: Value) -> Value:
         return self._compare("icmp", _ICMP_SIGNED, op, a, b)
@@ -361,13 +384,13 @@ class IRBuilder:
         return self._compare("fcmp", _FCMP_UNORDERED, op, a, b)
 
     def select(self, cond: Value, a: Value, b: Value) -> Value:
-        return self._value(a.type, f"select i1 {cond.ref}, {a.type.text} {a.ref}, "
-                                   f"{b.type.text} {b.ref}")
+        return self._pure(a.type, f"select i1 {cond.ref}, {a.type.text} {a.ref}, "
+                                  f"{b.type.text} {b.ref}")
 
     # conversions
     def convert(self, op: str, a: Value, to: Type) -> Value:
         """``a`` converted to ``to`` by ``op`` (``sext``, ``fptosi``, ``bitcast``, ...)."""
-        return self._value(to, f"{op} {a.type.text} {a.ref} to {to.text}")
+        return self._pure(to, f"{op} {a.type.text} {a.ref} to {to.text}")
 
     # calls and control flow
     def call(self, fn: Function, args: Sequence[Value]) -> Value | None:
@@ -392,22 +415,11 @@ class IRBuilder:
     def ret_void(self) -> None:
         self._terminate("ret void")
 
-    def _blocks(self, *suffixes: str) -> list[Block]:
-        return [self.function.append_basic_block(s) for s in suffixes]
-
-    @contextmanager
-    def if_then(self, cond: Value) -> Iterator[None]:
-        then, end = self._blocks("if", "endif")
-        self.cbranch(cond, then, end)
-        self.position_at_end(then)
-        yield
-        if not self.block.terminated:
-            self.branch(end)
-        self.position_at_end(end)
-
     @contextmanager
     def if_else(self, cond: Value):  # type: ignore[no-untyped-def]
-        then, orelse, end = self._blocks("if", "else", "endif")
+        """``with b.if_else(c) as (then, orelse):``, each arm a context of its own."""
+        then, orelse, end = (self.function.append_basic_block(name)
+                             for name in ("if", "else", "endif"))
         self.cbranch(cond, then, orelse)
         yield self._arm(then, end), self._arm(orelse, end)
         self.position_at_end(end)
@@ -415,7 +427,11 @@ class IRBuilder:
     @contextmanager
     def _arm(self, block: Block, end: Block) -> Iterator[None]:
         self.position_at_end(block)
+        if self.known is not None:
+            self.known.append({})  # what an arm computes does not dominate the other
         yield
+        if self.known is not None:
+            self.known.pop()
         if not self.block.terminated:
             self.branch(end)
 

@@ -1,0 +1,143 @@
+"""Building LLVM modules in worker processes (backends/cpu/build.py) and the text IR
+builder whose modules they build (backends/cpu/llvmtext.py).
+
+A module built by a worker is the same object code as one built here; a kernel split
+into modules built apart predicts what the reference does, before and after a save; a
+worker that dies, a worker of another process and a machine with one core leave the
+work to this process; invalid IR is an error wherever it is built.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import silvanforge
+from silvanforge import reference
+from silvanforge.backends.cpu import build, jit, llvmtext as ll, outline
+from silvanforge.errors import BackendError
+
+from test_code_representation import CODE_SCHEDULES, _big_forest
+from util import with_nans
+
+TARGET = jit.Target.host()
+ARGS = (TARGET.triple, TARGET.cpu, TARGET.features, 2)
+
+
+def _module_text(name: str, value: float) -> str:
+    """``void name(double* x)``: x[0] = x[0] * value + 1, as llvmtext renders it."""
+    m = ll.Module(name)
+    f = ll.Function(m, ll.FunctionType(ll.VoidType(), [ll.DoubleType().as_pointer()]), name)
+    b = ll.IRBuilder(f.append_basic_block("entry"))
+    x = b.load(f.args[0])
+    y = b.binary("fmul", x, ll.Constant(ll.DoubleType(), value))
+    b.store(b.binary("fadd", y, ll.Constant(ll.DoubleType(), 1.0)), f.args[0])
+    b.ret_void()
+    return str(m)
+
+
+@pytest.fixture
+def two_cores(monkeypatch):
+    """At least one worker, whatever this machine has."""
+    monkeypatch.setattr(build, "cores", lambda: 2)
+
+
+def test_a_worker_builds_what_this_process_builds(two_cores):
+    texts = [_module_text(f"f{i}", 1.5 + i) for i in range(3)]
+    job = build.ParallelBuild(*ARGS)
+    assert job.workers, "no worker process could be started"
+    for text in texts[1:]:
+        job.submit(text)
+    built = job.finish(texts[0])
+    assert [obj for obj, _ in built] == [build.build_object(t, *ARGS)[0] for t in texts]
+    assert all(f"@f{i}" in ir for i, (_, ir) in enumerate(built))
+
+
+def test_invalid_ir_is_a_build_error_in_a_worker_and_here(two_cores):
+    job = build.ParallelBuild(*ARGS)
+    job.submit("define void @f() { ret i64 0 }")
+    with pytest.raises(build.BuildError):
+        job.finish(_module_text("g", 2.0))
+    with pytest.raises(build.BuildError):
+        build.build_object("this is not LLVM IR", *ARGS)
+
+
+def test_a_dead_worker_leaves_its_modules_to_this_process(two_cores):
+    build._pool(1)
+    for worker in build._WORKERS:
+        worker.process.kill()
+        worker.process.wait()
+    job = build.ParallelBuild(*ARGS)  # finds the dead ones gone, starts new ones
+    for worker in build._WORKERS:
+        worker.process.kill()
+        worker.process.wait()
+    texts = [_module_text(f"h{i}", 0.5 * i) for i in range(4)]
+    for text in texts[1:]:
+        job.submit(text)
+    built = job.finish(texts[0])
+    assert [obj for obj, _ in built] == [build.build_object(t, *ARGS)[0] for t in texts]
+
+
+def test_a_worker_answers_only_the_process_that_started_it(two_cores):
+    (worker,) = build._pool(1)
+    worker.pid = -1  # as a child forked after the worker started sees it
+    try:
+        with pytest.raises(OSError, match="no worker"):
+            worker.exchange(ARGS, _module_text("k", 1.0))
+        assert worker not in build._pool(1)
+    finally:
+        worker.pid = build.os.getpid()
+        build._WORKERS.append(worker)
+
+
+@pytest.mark.parametrize("representation", ["code", "sparse"])
+def test_a_kernel_built_as_several_modules_predicts_exactly(representation, two_cores,
+                                                            monkeypatch):
+    monkeypatch.setattr(outline, "BUDGET", 300)
+    monkeypatch.setattr(jit, "MIN_PARALLEL_INSTRUCTIONS", 200)
+    forest = _big_forest(n_trees=12, seed=5)
+    X = with_nans(np.random.default_rng(6).normal(size=(90, 5)), 0.1)
+    schedules = CODE_SCHEDULES if representation == "code" else {
+        "unrolled": "unroll(tree)", "interleaved": CODE_SCHEDULES["interleaved rows"]}
+    split = 0
+    for name, text in schedules.items():
+        predictor = silvanforge.compile(forest, schedule=text, representation=representation,
+                                        n_jobs=2)
+        split += len(predictor.kernel.object_code) > 1
+        np.testing.assert_allclose(predictor.predict(X), reference.predict(forest, X),
+                                   rtol=1e-12, atol=1e-12, err_msg=name)
+        again = silvanforge.Predictor.from_bytes(predictor.to_bytes())
+        assert again.kernel.object_code == predictor.kernel.object_code
+        np.testing.assert_array_equal(again.predict(X), predictor.predict(X))
+    assert split >= (3 if representation == "code" else 1)
+
+
+def test_one_core_builds_one_module_here(monkeypatch):
+    monkeypatch.setattr(build, "cores", lambda: 1)
+    monkeypatch.setattr(outline, "BUDGET", 300)
+    monkeypatch.setattr(jit, "MIN_PARALLEL_INSTRUCTIONS", 200)
+
+    def no_workers(*args, **kwargs):
+        raise AssertionError("one core: no parallel build")
+
+    monkeypatch.setattr(build, "ParallelBuild", no_workers)
+    forest = _big_forest(n_trees=12, seed=5)
+    predictor = silvanforge.compile(forest, representation="code", n_jobs=1)
+    assert len(predictor.kernel.object_code) == 1
+    X = np.random.default_rng(7).normal(size=(20, 5))
+    np.testing.assert_allclose(predictor.predict(X), reference.predict(forest, X),
+                               rtol=1e-12, atol=1e-12)
+
+
+def test_invalid_ir_in_a_kernel_is_a_backend_error(monkeypatch):
+    from silvanforge.lir import ir
+
+    def broken(kernel, **kwargs):
+        module = ll.Module(kernel.name)
+        ll.Function(module, ll.FunctionType(ll.VoidType(), []), kernel.name).blocks.append(
+            ll.Block(None, ".empty0"))  # a block without a terminator
+        return module
+
+    monkeypatch.setattr(jit, "render_module", broken)
+    with pytest.raises(BackendError, match="invalid LLVM IR"):
+        jit.compile_kernel(ir.Kernel("k", [], []))
