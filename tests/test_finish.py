@@ -61,17 +61,21 @@ def test_compiled_outputs_match_the_reference(name, outputs, params, average, in
                                        rtol=1e-12, atol=1e-15, err_msg=f"{n} rows")
 
 
-def test_a_format_1_archive_is_recompiled_with_a_warning():
+@pytest.mark.parametrize("fmt", [1, 2])
+def test_an_older_archive_is_recompiled_with_a_warning(fmt):
     forest = model("sigmoid", 1, {}, False, True)
     predictor = silvanforge.compile(forest, n_jobs=1)
     archive = dict(np.load(io.BytesIO(predictor.to_bytes()), allow_pickle=False))
     header = serialize.loads_meta(archive["header"])
-    assert header["format"] == FORMAT_VERSION == 2
-    header["format"] = 1
+    assert header["format"] == FORMAT_VERSION == 3
+    header["format"] = fmt
     archive["header"] = serialize.dumps_meta(header)
+    # Formats 1 and 2 held one object file a kernel, as "object_code_<kernel>".
+    for key in [k for k in archive if k.startswith("object_code_")]:
+        archive[key.rsplit("_", 1)[0]] = archive.pop(key)
     buf = io.BytesIO()
     np.savez(buf, **archive)
-    with pytest.warns(UserWarning, match="format 1.*recompiling"):
+    with pytest.warns(UserWarning, match=f"format {fmt}.*recompiling"):
         old = Predictor.from_bytes(buf.getvalue())
     X = np.random.default_rng(0).normal(size=(20, 3))
     np.testing.assert_allclose(old.predict(X), reference.predict(forest, X), rtol=1e-12)
