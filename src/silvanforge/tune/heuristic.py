@@ -38,7 +38,7 @@ TREE_TILE = 16
 MAX_BLOCK = 32
 REFINE_BLOCK = 8
 # Code-emitting representations take blocks of this many rows and no other: it was the
-# best block at batch 16 and 1024 on nyc-taxi, and a code kernel takes 3-20 s to compile.
+# best block at batch 16 and 1024 on nyc-taxi, and a code kernel takes 1-14 s to compile.
 CODE_BLOCK = 16
 # From this many rows a call, walks are always interleaved (not interleaving cost
 # 1.32-1.83x at batch 1024 on all three models); below, the second stage tries both.
