@@ -141,3 +141,29 @@ def test_invalid_ir_in_a_kernel_is_a_backend_error(monkeypatch):
     monkeypatch.setattr(jit, "render_module", broken)
     with pytest.raises(BackendError, match="invalid LLVM IR"):
         jit.compile_kernel(ir.Kernel("k", [], []))
+
+
+def test_a_failed_render_stops_the_builds_threads(two_cores, monkeypatch):
+    import time
+
+    monkeypatch.setattr(outline, "BUDGET", 300)
+    monkeypatch.setattr(jit, "MIN_PARALLEL_INSTRUCTIONS", 200)
+    original = jit.render_module
+    started: list[build.ParallelBuild] = []
+
+    def failing(kernel, *, openmp, outlined):
+        def collect(module, fn):
+            outlined(module, fn)
+            if outlined.build is not None:
+                started.append(outlined.build)
+                raise BackendError("render failed")
+        return original(kernel, openmp=openmp, outlined=collect)
+
+    monkeypatch.setattr(jit, "render_module", failing)
+    with pytest.raises(BackendError, match="render failed"):
+        silvanforge.compile(_big_forest(n_trees=12, seed=5), representation="code")
+    assert started
+    deadline = time.monotonic() + 30
+    while any(t.is_alive() for t in started[0].workers) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(t.is_alive() for t in started[0].workers)

@@ -80,12 +80,16 @@ class ParallelBuild:
         self.jobs.append(job)
         self.pending.put(job)
 
+    def close(self) -> None:
+        """Submit nothing more: each worker's thread stops once the modules are taken."""
+        for _ in self.workers:
+            self.pending.put(None)
+
     def finish(self, main: str) -> list[tuple[bytes, str]]:
         """Build ``main`` here, and the submitted modules no worker has started; wait
         for the others: (object, optimised IR) of ``main``, then of each submitted
         module in order."""
-        for _ in self.workers:
-            self.pending.put(None)  # each worker's thread stops there
+        self.close()
         results = [build_object(main, *self.target)]
         while True:
             job = self.pending.get()
@@ -179,17 +183,20 @@ class _Worker:
 _WORKERS: list[_Worker] = []
 
 
+_POOL_LOCK = threading.Lock()  # predictors may be compiled in several threads
+
+
 def _pool(wanted: int) -> list[_Worker]:
     """Up to ``wanted`` live workers, one per core beyond this process's."""
-    alive = [w for w in _WORKERS if w.process is not None and w.process.poll() is None
-             and w.pid == os.getpid()]
-    _WORKERS[:] = alive
-    while len(_WORKERS) < min(wanted, cores() - 1):
-        try:
-            _WORKERS.append(_Worker())
-        except OSError:  # no way to start a process here: build in this one
-            break
-    return _WORKERS[:wanted]
+    with _POOL_LOCK:
+        _WORKERS[:] = [w for w in _WORKERS if w.process is not None
+                       and w.process.poll() is None and w.pid == os.getpid()]
+        while len(_WORKERS) < min(wanted, cores() - 1):
+            try:
+                _WORKERS.append(_Worker())
+            except OSError:  # no way to start a process here: build in this one
+                break
+        return _WORKERS[:wanted]
 
 
 @atexit.register

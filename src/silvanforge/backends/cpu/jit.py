@@ -16,9 +16,7 @@ import llvmlite.binding as llvm
 
 from ...errors import BackendError
 from ...lir import ir
-from . import openmp
-from . import build
-from . import llvmtext as ll
+from . import build, llvmtext as ll, openmp
 from .entry import kernel_entry
 from .freevars import walk_stmts
 from .llvm import render_module
@@ -88,8 +86,13 @@ def compile_kernel(kernel: ir.Kernel, *, opt: int = 2) -> "CompiledKernel":
     parallel = any(isinstance(s, ir.For) and s.parallel for s in walk_stmts(kernel.body))
     target = Target.host()
     pieces = _Pieces(target, opt) if build.cores() > 1 else None
-    module = render_module(kernel, openmp=parallel and openmp.runtime() is not None,
-                           outlined=pieces)
+    try:
+        module = render_module(kernel, openmp=parallel and openmp.runtime() is not None,
+                               outlined=pieces)
+    except BaseException:
+        if pieces is not None and pieces.build is not None:
+            pieces.build.close()  # its threads stop; what they build is dropped
+        raise
     try:
         if pieces is None or pieces.build is None:
             built = [build.build_object(str(module), target.triple, target.cpu,
