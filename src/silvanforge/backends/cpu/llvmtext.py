@@ -97,7 +97,7 @@ class FunctionType(Type):
         self.text = f"{return_type.text} ({', '.join(a.text for a in self.args)})"
 
 
-_I1, _I32, _I64 = IntType(1), IntType(32), IntType(64)
+_I1 = IntType(1)
 
 
 # ---- values ---------------------------------------------------------------------------
