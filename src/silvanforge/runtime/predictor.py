@@ -113,6 +113,13 @@ class _Kernel:
         self.call = self.code.entry(model_args)
 
 
+def _object_files(archive: Any, kernel: int) -> tuple[bytes, ...]:
+    """A saved kernel's object files: ``object_code_<kernel>_0``, ``_1``, ... ."""
+    names = itertools.takewhile(archive.files.__contains__,
+                                (f"object_code_{kernel}_{j}" for j in itertools.count()))
+    return tuple(archive[name].tobytes() for name in names)
+
+
 def model_arrays(forest: Forest, representation: Any) -> list[np.ndarray]:
     """The kernel's model arguments after the row-dependent ones, in signature order:
     each tree's first output, then the representation's buffers (every target)."""
@@ -349,10 +356,7 @@ class Predictor(ForestShape):
             forest = serialize.from_arrays(arrays, header["forest"])
             options = Options(**header["options"])
             target = Target(*header["target"])
-            codes = tuple(tuple(archive[f"object_code_{i}_{j}"].tobytes()
-                                for j in itertools.takewhile(
-                                    lambda j: f"object_code_{i}_{j}" in archive.files,
-                                    itertools.count()))
+            codes = tuple(_object_files(archive, i)
                           for i in range(1 + bool(options.small_schedule)))
             if fmt != FORMAT_VERSION:
                 warnings.warn(f"predictor saved in format {fmt} (an older SilvanForge): "

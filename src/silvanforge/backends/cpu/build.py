@@ -22,6 +22,7 @@ import struct
 import subprocess
 import sys
 import threading
+
 import llvmlite.binding as llvm
 
 
@@ -147,6 +148,8 @@ class _Job:
 # ---- workers --------------------------------------------------------------------------
 
 class _Worker:
+    """One worker process and the pipes to it; one exchange at a time."""
+
     def __init__(self) -> None:
         # The worker runs this file by path: it needs neither SilvanForge on sys.path
         # nor its package imports.
@@ -181,8 +184,6 @@ class _Worker:
 
 
 _WORKERS: list[_Worker] = []
-
-
 _POOL_LOCK = threading.Lock()  # predictors may be compiled in several threads
 
 
