@@ -22,15 +22,15 @@ from typing import Any, Sequence
 
 from ..model.forest import Forest
 from ..runtime.predictor import MIN_ROWS_PER_THREAD, SMALL_BATCH, _representation
+from ..schedule.library import SMALL_TREE_TILE
 from . import space
 
 # Leaders of the shortlist that the second stage refines (the seed keeps 3; on CPUs one
 # keeps the search within 5% of the exhaustive one's time).
 KEEP = 1
-# Batches of at most this many rows interleave each row's walks through a tile of
-# TREE_TILE trees (the predictor's own measurement: one higgs row 3.0 µs this way
-# against 10.4 µs in row blocks, equal at 8 rows); larger ones take row blocks.
-TREE_TILE = 16
+# Batches of at most SMALL_BATCH rows interleave each row's walks through a tile of
+# SMALL_TREE_TILE trees, as the predictor's small-batch kernel (one higgs row 3.0 µs
+# this way against 10.4 µs in row blocks, equal at 8 rows); larger ones take row blocks.
 # The first stage's row block is at most this many rows (fewer for smaller batches);
 # the second tries 8 rows and half the block. At batch 1024 the best block was 16, 8 and
 # 64 rows on the three models, the others within 15% of it on two of them; 128 rows
@@ -105,7 +105,7 @@ def shortlist(forest: Forest, batch: int, n_jobs: int) -> list[dict[str, Any]]:
             order, extra = "unrolled_trees", {"block": CODE_BLOCK}
         elif batch <= SMALL_BATCH:
             order = "tree_tiles"
-            extra = {"block": _block(order, batch), "tree_tile": TREE_TILE, **walks,
+            extra = {"block": _block(order, batch), "tree_tile": SMALL_TREE_TILE, **walks,
                      "tile_size": 1}
         else:
             order = "row_blocks"
@@ -124,7 +124,9 @@ def refinements(leaders: Sequence[dict[str, Any]], forest: Forest, batch: int,
             out += [{**p, "block": b} for b in sorted({REFINE_BLOCK, p["block"] // 2})
                     if b < p["block"] and b in _values(p["order"], "block")]
         if p["order"] == "tree_tiles":
-            out.append({**p, "tree_tile": p["tree_tile"] // 2})
+            tiles = _values(p["order"], "tree_tile")
+            at = tiles.index(p["tree_tile"])
+            out += [{**p, "tree_tile": t} for t in tiles[max(0, at - 1):at + 2:2]]
         if "interleave" in p and batch < ALWAYS_INTERLEAVE:
             out.append({**p, "interleave": not p["interleave"]})
         if p.get("tile_size") == 1 and space.has_tiles(p["representation"]):

@@ -39,6 +39,7 @@ from typing import Any
 
 from ..representations import REGISTRY, Representation
 from ..representations.tiled import TILED
+from ..schedule.library import SMALL_TREE_TILE
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,7 @@ WALKS = (("", 0), ("unrollWalk", 2), ("unrollWalk", 4), ("peelWalk", 2))
 ORDERS: dict[str, tuple[Axis, ...]] = {
     "row_blocks": (Axis("block", (8, 16, 32, 64, 128)), Axis("interleave", (False, True)),
                    Axis("walk", WALKS)),
-    "tree_tiles": (Axis("block", (32,)), Axis("tree_tile", (4, 8, 16)),
+    "tree_tiles": (Axis("block", (32,)), Axis("tree_tile", (4, 8, SMALL_TREE_TILE, 16)),
                    Axis("interleave", (False, True)), Axis("walk", WALKS)),
     "tree_chunks": (Axis("block", (8, 32, 64)), Axis("interleave", (False, True)),
                     Axis("walk", WALKS)),
