@@ -13,11 +13,12 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from silvanforge.backends import get_backend
-from silvanforge.backends.cpu import (CompiledKernel, Target, build, compile_kernel, entry, jit,
-                                     openmp)
+from silvanforge.backends.cpu import (CompiledKernel, RowsLayout, Target, build, compile_kernel,
+                                     entry, jit, openmp)
 from silvanforge.errors import BackendError, SilvanForgeWarning
 from silvanforge.lir import ir
 from silvanforge.lir.printer import print_lir
+from util import unaligned
 
 I, N = ir.Var("i", ir.I64), ir.Var("n", ir.I64)
 NP_TYPES = {ir.F64: np.float64, ir.F32: np.float32, ir.I64: np.int64, ir.I32: np.int32,
@@ -469,8 +470,34 @@ def test_entry_binds_model_buffers_and_converts_arguments(entry_kind):
     assert (type(call_).__name__ == "builtin_function_or_method") == (entry_kind == "builtin")
     x = np.arange(5, dtype=np.float32)
     out = np.zeros(5)
-    assert call_(x, 4, out, np.int64(-3)) is None
+    assert call_(x, 4, out, np.int64(-3)) is True
     np.testing.assert_array_equal(out, [0.5, -2.5, -5.5, -8.5, 0])
+
+
+def test_entry_checks_the_rows(entry_kind):
+    # Rows of 2 features; the kernel reads them as a vector: out[i] = a * rows.flat[i] + bias
+    # for i < n.
+    bias = np.array([0.5])
+    call_ = compile_kernel(axpy_kernel()).entry([bias.ctypes.data],
+                                                RowsLayout(2, np.dtype(np.float32)))
+    rows = np.arange(6, dtype=np.float32).reshape(3, 2)
+    out = np.zeros(6)
+    assert call_(rows, 3, out, 1) is True
+    np.testing.assert_array_equal(out[:3], [0.5, 1.5, 2.5])
+    unfit = {"float64": rows.astype(np.float64), "big-endian": rows.astype(">f4"),
+             "transposed": np.asfortranarray(rows),
+             "strided": np.zeros((3, 4), np.float32)[:, ::2],
+             "1-D": rows.ravel(), "3 features": np.zeros((3, 3), np.float32),
+             "unaligned": unaligned(rows)}
+    assert not unfit["unaligned"].flags.aligned
+    for name, array in unfit.items():
+        out[:] = -1
+        assert call_(array, len(array), out, 1) is False, name
+        assert (out == -1).all(), name
+    # The row count must be the array's.
+    assert call_(rows, 2, out, 1) is False
+    assert call_(rows, 4, out, 1) is False
+    assert (out == -1).all()
 
 
 def test_entry_refuses_wrong_arguments(entry_kind):

@@ -20,7 +20,7 @@ from silvanforge import reference
 from silvanforge.errors import InputError, ModelFormatError, ScheduleError
 
 from test_forest import random_forests, stump, forest_of
-from util import probe_rows
+from util import probe_rows, unaligned
 
 REPRESENTATIONS = ["array", "sparse", "reorg"]
 
@@ -132,7 +132,7 @@ def test_default_schedule_sizes_threads_to_the_batch(forest, monkeypatch):
     real = predictor._main.call
     monkeypatch.setattr(predictor._main, "call",
                         lambda *a: (calls.append(a[3]), real(*a))[1])
-    X = np.zeros((runtime.MIN_ROWS_PER_THREAD * 2, 3))
+    X = np.zeros((runtime.MIN_ROWS_PER_THREAD * 2, 3), np.float32)
     predictor.predict(X[:runtime.MIN_ROWS_PER_THREAD])
     predictor.predict(X)
     assert calls == [1, 2]
@@ -263,19 +263,56 @@ def test_bad_arguments(forest):
         predictor.dump("asm")
 
 
-def test_inputs_are_not_copied_when_they_fit(forest, monkeypatch):
+def spy_on_kernels(predictor, monkeypatch) -> list:
+    """(rows argument, what the entry returned) for each kernel call of ``predictor``."""
+    calls = []
+    for kernel in (predictor._main, predictor._small):
+        def spy(rows, *args, call=kernel.call):
+            calls.append((rows, call(rows, *args)))
+            return calls[-1][1]
+        monkeypatch.setattr(kernel, "call", spy)
+    return calls
+
+
+@pytest.mark.parametrize("n", [1, 10])
+def test_inputs_are_not_copied_when_they_fit(forest, monkeypatch, n):
     predictor = silvanforge.compile(forest, n_jobs=1)
-    X = np.ascontiguousarray(np.random.default_rng(0).normal(size=(10, 3)), dtype=np.float32)
-    seen = {}
-    original = predictor._run
-
-    def spy(rows, *args):
-        seen["rows"] = rows
-        return original(rows, *args)
-
-    monkeypatch.setattr(predictor, "_run", spy)
+    calls = spy_on_kernels(predictor, monkeypatch)
+    X = np.ascontiguousarray(np.random.default_rng(0).normal(size=(n, 3)), dtype=np.float32)
     predictor.predict(X)
-    assert seen["rows"] is X
+    assert len(calls) == 1 and calls[0][0] is X and calls[0][1] is True
+
+
+@pytest.mark.parametrize("entry_kind", ["builtin", "ctypes"])
+@pytest.mark.parametrize("n", [1, 5, 40])
+def test_every_input_layout_predicts_the_same(forest, monkeypatch, entry_kind, n):
+    # The kernel's entry refuses rows whose layout it cannot read; those are converted.
+    from silvanforge.backends.cpu import entry
+
+    if entry_kind == "ctypes":
+        monkeypatch.setattr(entry, "_layout", lambda: None)
+    predictor = silvanforge.compile(forest, n_jobs=2)
+    calls = spy_on_kernels(predictor, monkeypatch)
+    X = np.random.default_rng(n).normal(size=(n, 3)).astype(np.float32)
+    X[0, 1] = np.nan
+    expected = reference.predict(forest, X)
+    inputs = {"float64": X.astype(np.float64), "big-endian": X.astype(">f4"),
+              "Fortran order": np.asfortranarray(X), "strided": np.repeat(X, 2, axis=1)[:, ::2],
+              "unaligned": unaligned(X), "list": X.tolist(), "int": np.nan_to_num(X).astype(np.int64)}
+    assert not inputs["unaligned"].flags.aligned
+    for name, rows in inputs.items():
+        calls.clear()
+        want = reference.predict(forest, rows)
+        np.testing.assert_array_equal(predictor.predict(rows), want, err_msg=name)
+        assert calls[-1][1] is True and calls[-1][0].flags.aligned, name
+        if name != "int":
+            np.testing.assert_array_equal(want, expected, err_msg=name)
+    with pytest.raises(InputError, match="expects 3 features"):
+        predictor.predict(np.zeros((n, 4), np.float32))
+    with pytest.raises(InputError, match="expects 3 features"):
+        predictor.predict(np.zeros((0, 4), np.float32))
+    with pytest.raises(InputError, match="2-D"):
+        predictor.predict(np.zeros(3, np.float32))
 
 
 def test_dumps(forest):

@@ -61,3 +61,11 @@ def probe_rows(forest, seed: int, n: int) -> np.ndarray:
                             np.nan, np.inf, -np.inf, 1e30]])
     X = rng.choice(pool, size=(n, forest.n_features))
     return np.where(rng.random(X.shape) < 0.2, rng.normal(size=X.shape), X)
+
+
+def unaligned(rows: np.ndarray) -> np.ndarray:
+    """A copy of ``rows`` whose data starts one byte past an aligned address."""
+    raw = np.zeros(rows.nbytes + 1, np.uint8)
+    view = raw[1:].view(rows.dtype).reshape(rows.shape)
+    view[...] = rows
+    return view

@@ -69,13 +69,15 @@ def as_matrix(X: Any, forest: Any) -> np.ndarray:
 
 
 def as_rows(X: Any, forest: Any) -> np.ndarray:
-    """Check ``X`` against ``forest``; return C-contiguous rows of ``forest.input_dtype``.
+    """Check ``X`` against ``forest``; return C-contiguous, aligned rows of
+    ``forest.input_dtype`` in this machine's byte order.
 
     An array that already has that dtype and layout is returned as it is, not copied.
     """
     if type(X) is np.ndarray and X.ndim == 2 and X.dtype == forest.input_dtype \
-            and X.shape[1] == forest.n_features and X.flags.c_contiguous:
-        return X  # the common case, checked first: it is most of a one-row call's cost
+            and X.shape[1] == forest.n_features and X.flags.c_contiguous \
+            and X.flags.aligned:
+        return X  # the common case, checked first
     if _is_dataframe(X):
         arr = _frame_to_array(X, forest)
     else:
@@ -98,4 +100,4 @@ def as_rows(X: Any, forest: Any) -> np.ndarray:
     # Values beyond float32's range become infinities, as in the libraries that round
     # inputs to float32: that is the semantics, not an accident worth a warning.
     with np.errstate(over="ignore"):
-        return np.ascontiguousarray(arr, dtype=forest.input_dtype)
+        return np.require(arr, dtype=forest.input_dtype, requirements=["C", "A"])

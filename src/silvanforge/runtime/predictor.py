@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from ..backends.cpu import CompiledKernel, Target, compile_kernel
+from ..backends.cpu import CompiledKernel, RowsLayout, Target, compile_kernel
 from ..errors import BackendError, InputError, ModelFormatError, SilvanForgeError
 from ..frontends import load
 from ..lir import finish as kernel_finish, lower as lir_lower
@@ -109,8 +109,10 @@ class _Kernel:
                 warnings.warn(f"recompiling: {exc}", stacklevel=4)
         if self.code is None:
             self.code = compile_kernel(self.lir, opt=_OPT_LEVEL.get(representation.name, 2))
-        # The model buffers never change: they are bound into the entry once.
-        self.call = self.code.entry(model_args)
+        # The model buffers never change: they are bound into the entry once. The entry
+        # checks the rows itself (the module docstring of backends/cpu/entry.py).
+        self.call = self.code.entry(model_args, RowsLayout(forest.n_features,
+                                                           forest.input_dtype))
 
 
 def _object_files(archive: Any, kernel: int) -> tuple[bytes, ...]:
@@ -269,7 +271,6 @@ class Predictor(ForestShape):
         finish = self._finish.get(output)
         if finish is None:
             check_output(output)
-        rows = as_rows(X, self.forest)
         if n_jobs is None:
             threads = self.options.n_jobs
         else:
@@ -277,14 +278,17 @@ class Predictor(ForestShape):
             if threads < 1:
                 raise InputError(f"n_jobs must be at least 1, not {threads}")
         if finish != _SCORE:
-            return self._run(rows, threads, finish, self._flat)
+            return self._run(X, threads, finish, self._flat)
         f = self.forest
         return shaped(f, transforms.apply(f.post_transform, f.transform_params,
-                                          self._run(rows, threads, finish, False)))
+                                          self._run(X, threads, finish, False)))
 
-    def _run(self, rows: np.ndarray, threads: int, finish: int, flat: bool) -> np.ndarray:
-        """The kernel's result for ``rows``, finished as ``finish`` says; one row a value
-        when ``flat`` (one output), else one row a row of outputs."""
+    def _run(self, X: Any, threads: int, finish: int, flat: bool) -> np.ndarray:
+        """The kernel's result for the rows ``X``, finished as ``finish`` says; one row a
+        value when ``flat`` (one output), else one row a row of outputs."""
+        # A 2-D ndarray goes to the kernel as it is, whose entry checks the rest of its
+        # layout; one that does not fit, and anything else, is converted first.
+        rows = X if type(X) is np.ndarray and X.ndim == 2 else as_rows(X, self.forest)
         n = len(rows)
         result = np.zeros(n) if flat else np.zeros((n, self.forest.n_outputs))
         kernel = self._main
@@ -295,13 +299,15 @@ class Predictor(ForestShape):
             else:
                 threads = max(1, min(threads, n // MIN_ROWS_PER_THREAD))
         if n == 0:
+            as_rows(X, self.forest)  # an empty input with wrong columns is still wrong
             return result
-        if kernel.has_scratch:
-            scratch = [np.zeros(s) for s in lir_lower.scratch_shapes(
-                kernel.mir, n, self.forest.n_outputs)]
-            kernel.call(rows, n, result, *scratch, threads, finish)
-        else:
-            kernel.call(rows, n, result, threads, finish)
+        args = [np.zeros(s) for s in lir_lower.scratch_shapes(
+            kernel.mir, n, self.forest.n_outputs)] if kernel.has_scratch else []
+        if not kernel.call(rows, n, result, *args, threads, finish):
+            rows = as_rows(X, self.forest)
+            if not kernel.call(rows, n, result, *args, threads, finish):
+                raise BackendError(f"the kernel refused rows converted for it: "
+                                   f"{rows.dtype} {rows.shape} {rows.flags}")
         return result
 
     def dump(self, level: str) -> str:

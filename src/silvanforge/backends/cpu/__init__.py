@@ -5,7 +5,8 @@
 >>> compile_kernel(ir.Kernel("noop", [], [])).function()
 """
 
+from .entry import RowsLayout
 from .jit import CompiledKernel, Target, compile_kernel
 from .llvm import render_module
 
-__all__ = ["compile_kernel", "CompiledKernel", "Target", "render_module"]
+__all__ = ["compile_kernel", "CompiledKernel", "RowsLayout", "Target", "render_module"]

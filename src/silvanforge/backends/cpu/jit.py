@@ -17,7 +17,7 @@ import llvmlite.binding as llvm
 from ...errors import BackendError
 from ...lir import ir
 from . import build, llvmtext as ll, openmp
-from .entry import kernel_entry
+from .entry import RowsLayout, kernel_entry
 from .freevars import walk_stmts
 from .llvm import render_module
 
@@ -158,10 +158,12 @@ class CompiledKernel:
         # keeps the engine that owns its code alive.
         self.function.owner = self
 
-    def entry(self, bound: Sequence[int] = ()) -> Callable:
+    def entry(self, bound: Sequence[int] = (), rows: RowsLayout | None = None) -> Callable:
         """The kernel as a Python callable taking arrays and ints for its parameters
         before the trailing ones, which are ``bound`` to these addresses (model buffers);
-        about 0.15 µs a call, where ctypes takes 0.2 an argument (:mod:`.entry`).
+        about 0.15 µs a call, where ctypes takes 0.2 an argument (:mod:`.entry`). It
+        returns True, or False without running when ``rows`` is given and the first
+        argument does not fit it.
 
         >>> x, v = ir.Buffer("x", ir.F64), ir.Var("v", ir.I64)
         >>> k = compile_kernel(ir.Kernel("put", [x, v],
@@ -169,10 +171,12 @@ class CompiledKernel:
         >>> import numpy as np
         >>> a = np.zeros(1)
         >>> k.entry()(a, 7)
+        True
         >>> a
         array([7.])
         """
-        return kernel_entry(self.params, self.function, self.address, bound, keep=self)
+        return kernel_entry(self.params, self.function, self.address, bound, keep=self,
+                            rows=rows)
 
     @classmethod
     def from_object(cls, object_code: tuple[bytes, ...], target: Target, kernel_name: str,
