@@ -20,13 +20,14 @@ import silvanforge
 from silvanforge import reference
 from silvanforge.backends.gpu import CUDARenderer, OpenCLRenderer
 from silvanforge.errors import BackendError, InputError, UnsupportedModelError
-from silvanforge.lir import gpu, ir
+from silvanforge.lir import finish, gpu, ir
 from silvanforge.lir.interpret import NUMPY_DTYPES, run_launch
 from silvanforge.mir import lower as mir_lower
 from silvanforge.representations import REGISTRY
 from silvanforge.schedule import named
 from silvanforge.schedule.library import GPU_SCHEDULES
 
+from test_finish import CASES as FINISH_CASES, model as finish_model
 from test_forest import forest_of, random_forests, stump
 from test_representations import category_forest
 from test_tiled_compile import skewed_forest
@@ -122,6 +123,29 @@ def test_cuda_kernels_compile_to_ptx(nvrtc, forest, schedule, representation):
         assert f".entry {launch.kernel.name}" in ptx
 
 
+# Each post-transform with one of the three averaging kinds (finishing is per row: the
+# schedule does not matter to it).
+FINISHES = [(case, [(False, True), (True, True), (True, False)][i % 3])
+            for i, case in enumerate(FINISH_CASES)]
+
+
+@pytest.mark.parametrize("case, averaging", FINISHES,
+                         ids=[f"{c[0]}-{c[1]}-{a[0]}-{a[1]}" for c, a in FINISHES])
+def test_rows_are_finished_on_the_device(opencl, nvrtc, case, averaging):
+    """The last launch finishes margins and values as the CPU kernel does; transforms
+    only numpy has are applied to its scores on the host."""
+    name, outputs, params = case
+    forest = finish_model(name, outputs, params, *averaging)
+    p = silvanforge.compile(forest, target="opencl")
+    assert "finish" in p.dump("lir").rsplit("// launch", 1)[1]
+    X = with_nans(np.random.default_rng(outputs).normal(0, 2, size=(300, 3)), 0.1)
+    for output in ("margin", "value"):
+        np.testing.assert_allclose(p.predict(X, output=output),
+                                   reference.predict(forest, X, output=output),
+                                   rtol=1e-12, atol=1e-15, err_msg=output)
+    nvrtc(CUDARenderer().render(p.program))
+
+
 @settings(max_examples=8, deadline=None)
 @given(forest=random_forests(), seed=st.integers(0, 2**32 - 1),
        schedule=st.sampled_from(GPU_SCHEDULES), representation=st.sampled_from(REPRESENTATIONS))
@@ -154,11 +178,15 @@ def test_xgboost_model_on_opencl(opencl):
 
 def test_launch_shapes_and_shared_memory(forest):
     direct = _program(forest, "tahoe_direct", "sparse")
-    assert [launch.block for launch in direct.launches] == [(64, 1, 1)]
+    # The last launch finishes the rows, FINISH_BLOCK a block.
+    assert [launch.block for launch in direct.launches] == [(64, 1, 1),
+                                                           (gpu.FINISH_BLOCK, 1, 1)]
     assert direct.launches[0].grid_size(129) == (3, 1, 1)
+    assert direct.launches[1].grid_size(gpu.FINISH_BLOCK + 1) == (2, 1, 1)
+    assert direct.launches[1].grid_size(0) == (0, 1, 1)
     # A tree loop on grid.y needs its reduction in a second launch (grid-wide order).
     partial = _program(forest, "tahoe_shared_partial_forest", "sparse")
-    assert len(partial.launches) == 2 and len(partial.scratch) == 1
+    assert len(partial.launches) == 3 and len(partial.scratch) == 1
     assert partial.launches[0].grid_size(100) == (2, 4, 1)
     # sharedReduce: the privatized buffer is in shared memory, not a parameter.
     shared = _program(forest, "gpu_tree_parallel", "sparse")
@@ -189,13 +217,13 @@ def test_lir_interpreter_runs_gpu_launches():
     X = np.array([[0.1, 0.9], [np.nan, 0.3], [0.7, -1.0]], dtype=forest.input_dtype)
     rep = REGISTRY["sparse"](forest)
     result = np.zeros((3, 1))
-    args = {"rows": X, "n_rows": 3, "result": result,
+    args = {"rows": X, "n_rows": 3, "result": result, "finish": finish.MARGIN,
             "tree_output": forest.tree_output.astype(np.int32),
             **{p.name: np.ascontiguousarray(rep.buffers[p.name], NUMPY_DTYPES[p.dtype])
                for p in rep.params}}
     for launch in program.launches:
         run_launch(launch.kernel, args, launch.grid_size(3), launch.block)
-    np.testing.assert_allclose(reference.finish(forest, result, "margin"),
+    np.testing.assert_allclose(reference.shaped(forest, result),
                                reference.predict(forest, X, output="margin"), rtol=1e-12)
 
 

@@ -58,8 +58,16 @@ def epilogue(forest: Forest, result: ir.Buffer, n_rows: ir.Expr, finish: ir.Var,
              threads: ir.Expr | None) -> list[ir.Stmt]:
     """Statements finishing ``result`` (``n_rows`` x ``n_outputs`` float64 sums) in place
     as ``finish`` says; the row loop is parallel over ``threads`` when given."""
-    K = forest.n_outputs
     row = ir.Var("finish_row", ir.I64)
+    return [ir.For(row, ir.i64(0), n_rows, ir.i64(1), finish_row(forest, result, row, finish),
+                   parallel=threads is not None, threads=threads)]
+
+
+def finish_row(forest: Forest, result: ir.Buffer, row: ir.Expr,
+               finish: ir.Var) -> list[ir.Stmt]:
+    """Statements finishing row ``row`` of ``result`` in place as ``finish`` says (the
+    body of :func:`epilogue`'s loop, and of a GPU program's last launch)."""
+    K = forest.n_outputs
     per_tree = np.maximum(forest.trees_per_output(), 1)
     base = np.asarray(forest.base_score, dtype=np.float64).reshape(-1)
 
@@ -86,8 +94,13 @@ def epilogue(forest: Forest, result: ir.Buffer, n_rows: ir.Expr, finish: ir.Var,
         if forest.post_transform in KERNEL_TRANSFORMS else []
     if transform:  # identity has nothing to add
         body.append(ir.If(is_(VALUE), transform))
-    return [ir.For(row, ir.i64(0), n_rows, ir.i64(1), body, parallel=threads is not None,
-                   threads=threads)]
+    return body
+
+
+def modes(forest: Forest) -> dict[str, int]:
+    """What a kernel finishes for each ``output``; SCORE leaves the transform to numpy."""
+    return {"margin": MARGIN,
+            "value": VALUE if forest.post_transform in KERNEL_TRANSFORMS else SCORE}
 
 
 def _transform(forest: Forest, result: ir.Buffer,

@@ -5,8 +5,13 @@ its grid and block sizes as data, all with the signature of
 :func:`silvanforge.lir.lower.lower` less ``n_threads`` and less the privatized buffers
 that live in shared memory::
 
-    predict_<i>(rows, n_rows, result, <global privatized buffers...>, tree_output,
+    predict_<i>(rows, n_rows, result, <global privatized buffers...>, finish, tree_output,
                 <representation buffers...>)
+
+The last launch finishes the sums as ``finish`` says (:mod:`.finish`, the CPU kernel's
+epilogue): one thread a row, :data:`FINISH_BLOCK` rows a block. The result then is what
+the caller returns, and it never leaves the device unless the caller wants it on the
+host.
 
 How a legalized MIR function becomes launches:
 
@@ -45,7 +50,7 @@ How a legalized MIR function becomes launches:
 >>> program = lower(mir_lower(forest, named("tahoe_direct", 1)), forest,
 ...                 REGISTRY["sparse"](forest))
 >>> [launch.block for launch in program.launches], program.launches[0].grid_size(1000)
-([(64, 1, 1)], (16, 1, 1))
+([(64, 1, 1), (128, 1, 1)], (16, 1, 1))
 """
 
 from __future__ import annotations
@@ -61,6 +66,7 @@ from ..mir.legalize import covered
 from ..model.forest import Forest
 from ..representations.base import Representation
 from . import ir
+from .finish import finish_row
 from .lower import _INPUT_DTYPES, _Lowering, _name, check_walks
 
 # Shared memory one block may use: CUDA's static limit, and at least what OpenCL devices
@@ -68,6 +74,8 @@ from .lower import _INPUT_DTYPES, _Lowering, _name, check_walks
 SHARED_BUDGET = 48 * 1024
 # Threads in one block: CUDA's limit.
 MAX_BLOCK_THREADS = 1024
+# Rows (threads) in one block of the finishing launch.
+FINISH_BLOCK = 128
 _DIMS = {"x": 0, "y": 1, "z": 2}
 
 
@@ -520,8 +528,9 @@ def lower(fn: mir.Function, forest: Forest, rep: Representation) -> Program:
     scratch = tuple(d for d in fn.buffers if d.name != fn.result and d.name not in shared)
     # Shared buffers get their LIR Buffer in each launch that uses them.
     global_buffers = {d.name: (ir.Buffer(_name(d.name), ir.F64), d.dims) for d in fn.buffers}
+    finish = ir.Var("finish", ir.I64)
     params = [rows, n_rows, *(global_buffers[d.name][0] for d in (result, *scratch)),
-              tree_output, *rep.params]
+              finish, tree_output, *rep.params]
     launches = []
     for i, phase in enumerate(_phases(fn.body)):
         grid, block = _launch_shape(phase)
@@ -537,7 +546,20 @@ def lower(fn: mir.Function, forest: Forest, rep: Representation) -> Program:
             prologue.append(ir.Barrier())
         kernel = ir.Kernel(f"{fn.name}_{i}", params, lowering.decls + prologue + body)
         launches.append(Launch(kernel, grid, block, lowering.shared_bytes))
+    launches.append(_finish_launch(forest, f"{fn.name}_{len(launches)}", params,
+                                   global_buffers[result.name][0], n_rows, finish))
     return Program(tuple(launches), scratch)
+
+
+def _finish_launch(forest: Forest, name: str, params: list, result: ir.Buffer,
+                   n_rows: ir.Var, finish: ir.Var) -> Launch:
+    """One thread a row: ``row = blockIdx.x * FINISH_BLOCK + threadIdx.x``, finished."""
+    row = ir.Var("finish_row", ir.I64)
+    first = _mul(ir.ThreadIndex("x", "block"), ir.i64(FINISH_BLOCK))
+    body = [ir.Declare(row, _add(first, ir.ThreadIndex("x", "thread"))),
+            ir.If(ir.Cmp("lt", row, n_rows), finish_row(forest, result, row, finish))]
+    rows = Extent(mir.Bound.of(0), mir.Bound.of(mir.Affine.var(mir.N)), FINISH_BLOCK)
+    return Launch(ir.Kernel(name, params, body), ((rows,), (), ()), (FINISH_BLOCK, 1, 1), 0)
 
 
 def _uses(ops: tuple, name: str) -> bool:

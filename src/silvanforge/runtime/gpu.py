@@ -20,8 +20,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from ..backends.gpu import RENDERERS
 from ..backends.gpu.runtime import CUDARunner, OpenCLRunner
 from ..errors import InputError, require
@@ -31,10 +29,11 @@ from ..lir.printer import print_lir
 from ..mir import lower as mir_lower, print_mir
 from ..model.forest import Forest
 from ..model.inputs import as_rows
-from ..reference import check_output, finish
+from ..lir import finish as kernel_finish
+from ..reference import check_output, shaped
 from ..schedule import Schedule, named
 from ..schedule.library import GPU_SCHEDULES
-from .predictor import ForestShape, build_representation, model_arrays
+from .predictor import ForestShape, build_representation, model_arrays, transformed
 
 TARGETS = ("cuda", "opencl")
 _DLPACK_CUDA = 2  # DLDeviceType kDLCUDA
@@ -57,6 +56,7 @@ class GPUPredictor(ForestShape):
         model = model_arrays(forest, self.representation)
         runner = OpenCLRunner if target == "opencl" else CUDARunner
         self._runner = runner(self.program, self.source, model)
+        self._finish = kernel_finish.modes(forest)
 
     def predict(self, X: Any, output: str = "value", n_jobs: int | None = None) -> Any:
         """Predict like the source library (``n_jobs`` is accepted and ignored: the
@@ -65,17 +65,23 @@ class GPUPredictor(ForestShape):
 
         >>> predictor.predict(X, output="margin")                # doctest: +SKIP
         """
-        check_output(output)
-        n_outputs = self.forest.n_outputs
+        finish = self._finish.get(output)
+        if finish is None:
+            check_output(output)
+        f = self.forest
         if self.target == "opencl":
-            return finish(self.forest, self._runner.sums(as_rows(X, self.forest), n_outputs),
-                          output)
+            result = self._runner.run(as_rows(X, f), f.n_outputs, finish)
+            return transformed(f, result) if finish == kernel_finish.SCORE else shaped(f, result)
         cp = require("cupy", "cuda")
         device = _device_array(X, cp)
         rows = self._device_rows(device, cp) if device is not None else \
-            cp.asarray(as_rows(X, self.forest))
-        result = finish(self.forest, self._runner.sums(rows, n_outputs).get(), output)
-        return cp.asarray(result) if device is not None else result
+            cp.asarray(as_rows(X, f))
+        result = self._runner.run(rows, f.n_outputs, finish)
+        if finish == kernel_finish.SCORE:
+            value = transformed(f, result.get())
+            return cp.asarray(value) if device is not None else value
+        result = shaped(f, result)
+        return result if device is not None else result.get()
 
     def _device_rows(self, X: Any, cp: Any) -> Any:
         if X.ndim != 2 or X.shape[1] != self.forest.n_features:

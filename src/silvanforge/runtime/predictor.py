@@ -197,6 +197,13 @@ def _precision(forest: Forest, precision: str | None) -> str:
     return precision
 
 
+def transformed(forest: Forest, scores: np.ndarray) -> np.ndarray:
+    """The value from a kernel's SCORE result (rows x outputs), for the transforms
+    kernels leave to numpy, in the library's shape."""
+    return shaped(forest, transforms.apply(forest.post_transform, forest.transform_params,
+                                           scores))
+
+
 class ForestShape:
     """What every compiled predictor tells about its forest (CPU and GPU alike)."""
 
@@ -236,10 +243,7 @@ class Predictor(ForestShape):
                            target, addresses) for text, code in zip(schedules, codes)]
         self._main = kernels[0]
         self._small = kernels[1] if len(kernels) > 1 else None
-        # What the kernel finishes for each output; SCORE leaves the transform to numpy.
-        self._finish = {"margin": kernel_finish.MARGIN, "value": kernel_finish.VALUE if
-                        forest.post_transform in kernel_finish.KERNEL_TRANSFORMS
-                        else kernel_finish.SCORE}
+        self._finish = kernel_finish.modes(forest)
         # Results the library returns as a vector are allocated as one: no reshaping.
         self._flat = forest.flat_output and forest.n_outputs == 1
 
@@ -279,9 +283,7 @@ class Predictor(ForestShape):
                 raise InputError(f"n_jobs must be at least 1, not {threads}")
         if finish != _SCORE:
             return self._run(X, threads, finish, self._flat)
-        f = self.forest
-        return shaped(f, transforms.apply(f.post_transform, f.transform_params,
-                                          self._run(X, threads, finish, False)))
+        return transformed(self.forest, self._run(X, threads, finish, False))
 
     def _run(self, X: Any, threads: int, finish: int, flat: bool) -> np.ndarray:
         """The kernel's result for the rows ``X``, finished as ``finish`` says; one row a

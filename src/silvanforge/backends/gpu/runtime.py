@@ -3,8 +3,8 @@ through CuPy.
 
 Both runners build the kernels and upload the model buffers once; a call uploads the rows
 (unless they already are on the device), zeroes the result and the global scratch
-buffers, runs the launches in order on one queue (stream), and returns the per-output
-tree sums (a numpy array for OpenCL, a CuPy array for CUDA).
+buffers, runs the launches in order on one queue (stream), and returns the finished
+result, rows × outputs float64 (a numpy array for OpenCL, a CuPy array for CUDA).
 
 The OpenCL device is pyopencl's choice (``PYOPENCL_CTX`` selects one, e.g. ``0`` for the
 first platform's first device); float64 support (``cl_khr_fp64``) is required, and
@@ -69,7 +69,8 @@ class OpenCLRunner:
         self.model = [cl.Buffer(self.context, flags, hostbuf=a if a.size else np.zeros(1, a.dtype))
                       for a in model]
 
-    def sums(self, rows: np.ndarray, n_outputs: int) -> np.ndarray:
+    def run(self, rows: np.ndarray, n_outputs: int, finish: int) -> np.ndarray:
+        """The result for ``rows``, finished as ``finish`` says (:mod:`...lir.finish`)."""
         cl = self.cl
         n = len(rows)
         result = np.zeros((n, n_outputs))
@@ -81,7 +82,7 @@ class OpenCLRunner:
                    for s in [(n, n_outputs), *self.program.scratch_shapes(n, n_outputs)]]
         for buf in outputs:
             cl.enqueue_fill_buffer(self.queue, buf, np.float64(0), 0, buf.size)
-        args = [rows_dev, np.int64(n), *outputs, *self.model]
+        args = [rows_dev, np.int64(n), *outputs, np.int64(finish), *self.model]
         for i, grid, block in _launch_args(self.program, n, n_outputs):
             global_size = tuple(g * b for g, b in zip(grid, block))
             self.kernels[i](self.queue, global_size, block, *args)
@@ -103,15 +104,16 @@ class CUDARunner:
             raise BackendError(f"NVRTC could not compile the kernels: {exc}") from None
         self.model = [cp.asarray(a if a.size else np.zeros(1, a.dtype)) for a in model]
 
-    def sums(self, rows: Any, n_outputs: int) -> Any:
-        """Sums for ``rows``, a C-contiguous CuPy array of the input dtype."""
+    def run(self, rows: Any, n_outputs: int, finish: int) -> Any:
+        """The result for ``rows``, a C-contiguous CuPy array of the input dtype, finished
+        as ``finish`` says."""
         cp = self.cp
         n = len(rows)
         result = cp.zeros((n, n_outputs))
         if n == 0:
             return result
         scratch = [cp.zeros(s) for s in self.program.scratch_shapes(n, n_outputs)]
-        args = (rows, np.int64(n), result, *scratch, *self.model)
+        args = (rows, np.int64(n), result, *scratch, np.int64(finish), *self.model)
         for i, grid, block in _launch_args(self.program, n, n_outputs):
             self.kernels[i](grid, block, args)
         return result
