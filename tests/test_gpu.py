@@ -227,6 +227,42 @@ def test_lir_interpreter_runs_gpu_launches():
                                reference.predict(forest, X, output="margin"), rtol=1e-12)
 
 
+def barriers(program: gpu.Program) -> int:
+    return OpenCLRenderer().render(program).count("barrier(")
+
+
+@pytest.mark.parametrize("tree_threads", [2, 3, 5, 7])
+@pytest.mark.parametrize("outputs", [1, 3])
+def test_tree_threads_reduce_together_when_rows_are_few(opencl, tree_threads, outputs):
+    """sharedReduce over tree threads: a tree reduction by the threads (seed 002 §6.1.2)
+    when a block has fewer reductions (rows x outputs) than threads, else one thread a
+    row; both exact on PoCL and in the LIR interpreter, for slot counts that are not
+    powers of two."""
+    trees = [stump(feature=k % 2, threshold=0.2 * k - 1, values=(k, 0.5 * k),
+                   output=k % outputs) for k in range(tree_threads * 2)]
+    forest = forest_of(*trees, n_features=2, n_outputs=outputs, base_score=0.25)
+    rows = 2
+    text = named("gpu_tree_parallel", forest.n_trees, rows=rows, threads=tree_threads)
+    program = _program(forest, str(text), "sparse")
+    steps = (tree_threads - 1).bit_length()  # halvings from tree_threads slots to 1
+    together = rows * outputs < rows * tree_threads
+    # The walk's barriers (zeroed shared buffer, walks done) plus one a halving.
+    assert barriers(program) == 2 + (steps if together else 0)
+    X = with_nans(np.random.default_rng(tree_threads).normal(size=(7, 2)), 0.2)
+    rep = REGISTRY["sparse"](forest)
+    result = np.zeros((7, outputs))
+    args = {"rows": X.astype(forest.input_dtype), "n_rows": 7, "result": result,
+            "finish": finish.MARGIN, "tree_output": forest.tree_output.astype(np.int32),
+            **{p.name: np.ascontiguousarray(rep.buffers[p.name], NUMPY_DTYPES[p.dtype])
+               for p in rep.params}}
+    for launch in program.launches:
+        run_launch(launch.kernel, args, launch.grid_size(7), launch.block)
+    expected = reference.predict(forest, X, output="margin")
+    np.testing.assert_allclose(reference.shaped(forest, result), expected, rtol=1e-12)
+    p = silvanforge.compile(forest, target="opencl", schedule=text)
+    np.testing.assert_allclose(p.predict(X, output="margin"), expected, rtol=1e-12)
+
+
 def test_gpu_only_nodes_are_refused_on_cpu():
     from silvanforge.backends.cpu import compile_kernel
 

@@ -37,6 +37,10 @@ How a legalized MIR function becomes launches:
 - **sharedReduce** (seed 002 §6.1.2). A privatized buffer whose reduction is marked
   shared lives in shared memory with only the rows one block touches: its row index is
   rebased on the block's first row. Its conflicting loops must be block dimensions.
+- **Reductions by several threads** (seed 002 §6.1.2). A ``reduce_dimension`` over
+  slots that are the threads of one block dimension is a tree reduction by those
+  threads when the block has fewer reductions than threads
+  (:meth:`_GPULowering.cooperative_reduce`); else one thread a reduction.
 - **atomicReduce** stays an :class:`~silvanforge.lir.ir.AtomicAdd`; the renderer says how.
 
 >>> import silvanforge
@@ -250,6 +254,19 @@ def _shared_reductions(fn: mir.Function) -> dict[str, tuple[int, str]]:
     return found
 
 
+def _slot_dims(fn: mir.Function) -> dict[str, str]:
+    """Privatized buffers whose slots are the threads of one block dimension: buffer
+    name → that dimension ("x", "y" or "z")."""
+    loops = {lp.var: lp for lp in _loops(fn.body)}
+    found = {}
+    for decl in fn.buffers:
+        [*vs] = _privatized_vars(fn.body, decl.name)
+        gpu_dim = loops[vs[0]].gpu_dim or "" if len(vs) == 1 else ""
+        if gpu_dim.startswith("block."):
+            found[decl.name] = gpu_dim.split(".")[1]
+    return found
+
+
 def _privatized_vars(ops: tuple, name: str) -> set[str]:
     found: set[str] = set()
     for op in ops:
@@ -319,6 +336,7 @@ class _GPULowering(_Lowering):
     shared_bytes: int = 0
     cache_trees_asked: bool = False
     in_plain: int = 0
+    slot_dims: dict[str, str] = field(default_factory=dict)
 
     @property
     def threads(self) -> int:
@@ -373,6 +391,10 @@ class _GPULowering(_Lowering):
                     items.append(self.cache_rows(op))
             elif isinstance(op, mir.CacheTrees):
                 self.cache_trees_asked = True
+            elif isinstance(op, (mir.ReduceDimension, mir.ReduceDimensionInplace)) and \
+                    (together := self.cooperative_reduce(op)):
+                flush()
+                items.append(together)
             else:
                 plain += self.plain_body((op,))
         flush()
@@ -398,11 +420,63 @@ class _GPULowering(_Lowering):
         finally:
             self.in_plain -= 1
 
-    def guarded(self, stmts: list[ir.Stmt]) -> list[ir.Stmt]:
+    def guarded(self, stmts: list[ir.Stmt], by: str | None = None,
+                when: ir.Expr | None = None) -> list[ir.Stmt]:
+        """``stmts`` for one thread of the free block dimensions: index 0 in each, but
+        that the threads of dimension ``by`` run them ``when`` true."""
         once = [ir.Cmp("eq", ir.ThreadIndex(d, "thread"), ir.i64(0))
-                for d in "xyz" if self.block[_DIMS[d]] > 1 and d not in self.bound_dims]
-        cond = _all(self.guards + once)
+                for d in "xyz" if self.block[_DIMS[d]] > 1 and d not in self.bound_dims
+                and d != by]
+        cond = _all(self.guards + once + ([when] if when is not None else []))
         return stmts if cond is None else [ir.If(cond, stmts)]
+
+    def cooperative_reduce(self, op: Any) -> list[ir.Stmt]:
+        """A ``reduce_dimension`` whose slots are the threads of one block dimension, as
+        a tree reduction by those threads when the block has fewer independent
+        reductions (its rows' outputs) than threads; else [] (one thread a reduction).
+
+        Each step adds slot ``y + h`` into slot ``y`` for the threads ``y < n - h`` (``n``
+        slots left, ``h = ceil(n / 2)``) and zeroes the slot read; a barrier separates
+        the steps. Sums are added pairwise, not left to right (as every tree-parallel
+        schedule, they may differ from the reference in the last bits)."""
+        inplace = isinstance(op, mir.ReduceDimensionInplace)
+        source = op.buffer if inplace else op.source
+        dim = self.slot_dims.get(source)
+        lo = op.rows[0].single
+        spans = [(t - lo).const for t in op.rows[1].terms
+                 if lo is not None and t.div == lo.div == 1 and (t - lo).is_const]
+        if dim is None or not spans or self.threads == 1:
+            return []
+        r = self.reduction(source, None if inplace else op.target, op.dim, op.indices,
+                           op.rows)
+        slots = self.block[_DIMS[dim]]
+        reductions = self.threads // slots * min(spans) * self.forest.n_outputs
+        if r.slots != slots or reductions >= self.threads:
+            return []
+        y = ir.ThreadIndex(dim, "thread")
+        code: list[ir.Stmt] = []
+
+        def each(when: ir.Expr, body) -> list[ir.Stmt]:
+            e = ir.Var(self.fresh("element"), ir.I64)
+            return self.guarded([ir.For(e, r.lo, r.hi, ir.i64(1), body(e))], dim, when)
+
+        n = slots
+        while n > 1:
+            h = (n + 1) // 2
+            code += each(ir.Cmp("lt", y, ir.i64(n - h)), lambda e, h=h: [
+                ir.Store(r.src, r.at(y, e), _add(ir.Load(r.src, r.at(y, e)),
+                                                 ir.Load(r.src, r.at(_add(y, ir.i64(h)), e)))),
+                ir.Store(r.src, r.at(_add(y, ir.i64(h)), e), ir.Const(0.0, ir.F64))])
+            code.append(ir.Barrier())
+            n = h
+        if not inplace:
+            def total(e: ir.Expr) -> list[ir.Stmt]:
+                buf, index = r.dest(e)
+                first = r.at(ir.i64(0), e)
+                return [ir.Store(buf, index, _add(ir.Load(buf, index), ir.Load(r.src, first))),
+                        ir.Store(r.src, first, ir.Const(0.0, ir.F64))]
+            code += each(ir.Cmp("eq", y, ir.i64(0)), total)
+        return code
 
     def structural(self, op: mir.Loop) -> list[ir.Stmt]:
         var = ir.Var(_name(op.var), ir.I64)
@@ -531,13 +605,15 @@ def lower(fn: mir.Function, forest: Forest, rep: Representation) -> Program:
     finish = ir.Var("finish", ir.I64)
     params = [rows, n_rows, *(global_buffers[d.name][0] for d in (result, *scratch)),
               finish, tree_output, *rep.params]
+    slot_dims = _slot_dims(fn)
     launches = []
     for i, phase in enumerate(_phases(fn.body)):
         grid, block = _launch_shape(phase)
         names = {d.name for d in fn.buffers if _uses(phase, d.name)}
         lowering = _GPULowering(forest, rep, rows, n_rows, ir.Var("n_threads", ir.I64),
                                 tree_output, dict(global_buffers), block=block,
-                                shared_rows={k: v for k, v in shared.items() if k in names})
+                                shared_rows={k: v for k, v in shared.items() if k in names},
+                                slot_dims=slot_dims)
         zero = lowering.shared_reduce_buffers()
         body = lowering.body(phase)
         copies, body = lowering.model_cache(body)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
@@ -322,22 +323,13 @@ class _Lowering:
         valid = self.cond(op.valid)
         return stmts if valid is None else [ir.If(valid, stmts)]
 
-    def reduce_dimension(self, source: str, target: str | None, dim: int, indices,
-                         rows: tuple[mir.Bound, mir.Bound], width: int) -> list[ir.Stmt]:
-        """Add slots of ``dim`` of ``source`` into ``target`` (or into slot 0 of ``source``
-        itself when ``target`` is None) and zero the slots read.
-
-        The rows' outputs are contiguous in every slot, so the loop runs over them as one
-        flat range; ``width`` > 1 (``vectorReduce``) handles that many neighbours per
-        iteration in straight-line code, which LLVM turns into vector instructions of
-        that width, with a scalar loop for the remainder."""
+    def reduction(self, source: str, target: str | None, dim: int, indices,
+                  rows: tuple[mir.Bound, mir.Bound]) -> "_Reduction":
+        """How a ``reduce_dimension`` addresses its buffers (see :class:`_Reduction`)."""
         src, dims = self.buffers[source]
         fixed = [self.affine(i) for i in indices]
         after = [ir.i64(0)] * (len(dims) - 2 - dim - 1)
         n_out = ir.i64(self.forest.n_outputs)
-        lo = ir.BinOp("mul", self.bound(rows[0]), n_out)
-        hi = ir.BinOp("mul", self.bound(rows[1]), n_out)
-        first_slot = 0 if target is not None else 1
 
         def at(slot: ir.Expr, e: ir.Expr) -> ir.Expr:
             return self.flat_index(source, fixed + [slot] + after + [ir.i64(0), e])
@@ -347,17 +339,34 @@ class _Lowering:
                 return src, at(ir.i64(0), e)
             return self.buffers[target][0], self.flat_index(target, [ir.i64(0), e])
 
+        return _Reduction(src, int(dims[dim]), at, dest,
+                          ir.BinOp("mul", self.bound(rows[0]), n_out),
+                          ir.BinOp("mul", self.bound(rows[1]), n_out), target is None)
+
+    def reduce_dimension(self, source: str, target: str | None, dim: int, indices,
+                         rows: tuple[mir.Bound, mir.Bound], width: int) -> list[ir.Stmt]:
+        """Add slots of ``dim`` of ``source`` into ``target`` (or into slot 0 of ``source``
+        itself when ``target`` is None) and zero the slots read.
+
+        The rows' outputs are contiguous in every slot, so the loop runs over them as one
+        flat range; ``width`` > 1 (``vectorReduce``) handles that many neighbours per
+        iteration in straight-line code, which LLVM turns into vector instructions of
+        that width, with a scalar loop for the remainder."""
+        r = self.reduction(source, target, dim, indices, rows)
+        lo, hi = r.lo, r.hi
+
         def lanes(e: ir.Var, k: int) -> list[ir.Stmt]:
             elems = [e if j == 0 else ir.BinOp("add", e, ir.i64(j)) for j in range(k)]
             accs = [ir.Var(self.fresh("acc"), ir.F64) for _ in range(k)]
             slot = ir.Var(self.fresh("slot"), ir.I64)
-            body = [ir.Assign(a, ir.BinOp("add", a, ir.Load(src, at(slot, x))))
+            body = [ir.Assign(a, ir.BinOp("add", a, ir.Load(r.src, r.at(slot, x))))
                     for a, x in zip(accs, elems)]
-            body += [ir.Store(src, at(slot, x), ir.Const(0.0, ir.F64)) for x in elems]
+            body += [ir.Store(r.src, r.at(slot, x), ir.Const(0.0, ir.F64)) for x in elems]
             code: list[ir.Stmt] = [ir.Declare(a, ir.Const(0.0, ir.F64)) for a in accs]
-            code.append(ir.For(slot, ir.i64(first_slot), ir.i64(dims[dim]), ir.i64(1), body))
+            code.append(ir.For(slot, ir.i64(int(r.inplace)), ir.i64(r.slots), ir.i64(1),
+                               body))
             for a, x in zip(accs, elems):
-                buf, index = dest(x)
+                buf, index = r.dest(x)
                 code.append(ir.Store(buf, index, ir.BinOp("add", ir.Load(buf, index), a)))
             return code
 
@@ -371,6 +380,22 @@ class _Lowering:
         return [ir.Declare(main, ir.BinOp("add", lo, span)),
                 ir.For(e, lo, main, ir.i64(width), lanes(e, width)),
                 ir.For(tail, main, hi, ir.i64(1), lanes(tail, 1))]
+
+
+@dataclass(frozen=True)
+class _Reduction:
+    """A ``reduce_dimension``'s addressing: ``at(slot, e)`` is element ``e`` (of the flat
+    range ``[lo, hi)`` of the rows' outputs) in slot ``slot`` of ``src``, which has
+    ``slots`` slots; ``dest(e)`` is where element ``e``'s sum goes (buffer, index) — slot
+    0 of ``src`` itself when ``inplace``."""
+
+    src: ir.Buffer
+    slots: int
+    at: Callable[[ir.Expr, ir.Expr], ir.Expr]
+    dest: Callable[[ir.Expr], tuple[ir.Buffer, ir.Expr]]
+    lo: ir.Expr
+    hi: ir.Expr
+    inplace: bool
 
 
 def check_walks(fn: mir.Function, forest: Forest, rep: Representation) -> None:
