@@ -227,6 +227,83 @@ def test_lir_interpreter_runs_gpu_launches():
                                reference.predict(forest, X, output="margin"), rtol=1e-12)
 
 
+@settings(max_examples=40, deadline=None)
+@given(forest=random_forests())
+def test_each_tree_part_holds_its_tree(forest):
+    """tree_parts: every slot of tree t (and only those) lies in its part, in each
+    buffer the layout stores tree after tree; slots counted by the slot → node maps."""
+    tree_of = lambda nodes: np.where(  # noqa: E731 - a one-line helper
+        nodes >= 0, np.searchsorted(forest.tree_offsets, nodes, side="right") - 1, -1)
+    sparse = REGISTRY["sparse"](forest)
+    internal, leaves = sparse.slot_nodes
+    parts = sparse.tree_parts()
+    for name, nodes in [("model_threshold", internal), ("model_child", internal),
+                        ("model_leaf_value", leaves)]:
+        width = sparse.buffers[name].size // len(nodes)
+        owner = np.repeat(tree_of(nodes), width)
+        for t in range(forest.n_trees):
+            a, b = parts[name][t], parts[name][t + 1]
+            assert (owner[a:b] == t).all() and (owner[:a] != t).all() and \
+                (owner[b:] != t).all(), (name, t)
+    try:
+        array = REGISTRY["array"](forest)
+    except UnsupportedModelError:
+        return
+    start = array.buffers["model_tree_start"]
+    for name, p in array.tree_parts().items():
+        width = array.buffers[name].size // len(array.buffers["model_feature"])
+        np.testing.assert_array_equal(p[:-1], start * width, err_msg=name)
+        assert p[-1] == array.buffers[name].size
+
+
+def partial_cache(forest, representation: str, budget: int, monkeypatch):
+    """The tahoe_shared_partial_forest program when shared memory holds ``budget`` bytes."""
+    monkeypatch.setattr(gpu, "SHARED_BUDGET", budget)
+    return _program(forest, "tahoe_shared_partial_forest", representation)
+
+
+def test_a_block_caches_only_its_chunk_of_trees(opencl, nvrtc, forest, monkeypatch):
+    """cache(t1) under a tree loop on grid.y: each block copies the trees of its chunk
+    (3 of 11 stumps here) when the whole model does not fit; exact on PoCL."""
+    model = sum(a.nbytes for a in REGISTRY["sparse"](forest).buffers.values())
+    program = partial_cache(forest, "sparse", model - 1, monkeypatch)
+    source = OpenCLRenderer().render(program)
+    assert "__local double cached_model_threshold" in source and "tree_parts_0" in source
+    # Three stumps a chunk: three split slots, six leaves; where each chunk starts.
+    assert "cached_model_threshold5[3]" in source and "cached_model_leaf_value13[6]" in source
+    nvrtc(CUDARenderer().render(program))
+    p = silvanforge.compile(forest, target="opencl", schedule="tahoe_shared_partial_forest")
+    assert "cached_model_threshold" in p.dump("opencl")
+    X = with_nans(np.random.default_rng(4).normal(size=(150, 3)), 0.1)
+    np.testing.assert_allclose(p.predict(X), reference.predict(forest, X), rtol=1e-12)
+    # A chunk that does not fit either: no cache, the same numbers.
+    assert "cached_" not in OpenCLRenderer().render(partial_cache(forest, "sparse", 8,
+                                                                  monkeypatch))
+
+
+@settings(max_examples=10, deadline=None)
+@given(forest=random_forests(), seed=st.integers(0, 2**32 - 1),
+       representation=st.sampled_from(["sparse", "array"]))
+def test_cached_chunks_predict_exactly(opencl, forest, seed, representation):
+    """Partial tree caches on PoCL for every split semantic, leaf width and layout."""
+    with pytest.MonkeyPatch.context() as patch:
+        try:
+            rep = REGISTRY[representation](forest)
+        except UnsupportedModelError:
+            return
+        whole = sum(a.nbytes for a in rep.buffers.values())
+        patch.setattr(gpu, "SHARED_BUDGET", max(min(whole - 1, gpu.SHARED_BUDGET), 1))
+        p = silvanforge.compile(forest, target="opencl", representation=representation,
+                                schedule="tahoe_shared_partial_forest")
+        # A chunk leaves out the other trees and the per-tree tables (roots): it fits.
+        assert "cached_" in p.dump("opencl") or whole > gpu.SHARED_BUDGET + 1
+    X = probe_rows(forest, seed, 37)
+    for output in ("margin", "value"):
+        np.testing.assert_allclose(p.predict(X, output=output),
+                                   reference.predict(forest, X, output=output),
+                                   rtol=1e-12, atol=1e-12, err_msg=representation)
+
+
 def barriers(program: gpu.Program) -> int:
     return OpenCLRenderer().render(program).count("barrier(")
 

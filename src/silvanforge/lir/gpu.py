@@ -31,9 +31,11 @@ How a legalized MIR function becomes launches:
 - **Caching** (seed 002 §8.2). ``cache_rows`` where every thread of the block runs it
   (no block loop around it) becomes a cooperative copy of the rows into shared memory
   that the walks inside then read; elsewhere it is dropped (a cache changes no result).
-  ``cache_trees`` copies the whole model into shared memory once per block, at the top of
-  the launch, when it fits in :data:`SHARED_BUDGET` with everything else (the cached
-  range is a subset of it; representation-specific partial copies are not built yet).
+  ``cache_trees`` under a tree loop mapped to the grid copies the trees of the block's
+  iteration of that loop, as the representation lays them out
+  (:meth:`_GPULowering.tree_part_cache`); elsewhere it copies the whole model once per
+  block, at the top of the launch. Either only when it fits in :data:`SHARED_BUDGET`
+  with everything else.
 - **sharedReduce** (seed 002 §6.1.2). A privatized buffer whose reduction is marked
   shared lives in shared memory with only the rows one block touches: its row index is
   rebased on the block's first row. Its conflicting loops must be block dimensions.
@@ -63,6 +65,8 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from ..errors import BackendError
 from ..mir import ir as mir
@@ -119,10 +123,13 @@ class Launch:
 
 @dataclass(frozen=True)
 class Program:
-    """The launches of one schedule, in order, and the global scratch buffers they share."""
+    """The launches of one schedule, in order, the global scratch buffers they share,
+    and the tables their parameters end with (built with the program: where each
+    chunk of cached trees starts, :meth:`_GPULowering.tree_part_cache`)."""
 
     launches: tuple[Launch, ...]
     scratch: tuple[mir.BufferDecl, ...]
+    tables: tuple[np.ndarray, ...] = ()
 
     def scratch_shapes(self, n_rows: int, n_outputs: int) -> list[tuple[int, ...]]:
         """Shapes of the global privatized buffers (kernel parameter order) for a call."""
@@ -305,6 +312,21 @@ def substitute_buffers(node: Any, mapping: dict[str, ir.Buffer]) -> Any:
     return node
 
 
+def rebase_loads(node: Any, moved: dict[str, tuple[ir.Buffer, ir.Var]]) -> Any:
+    """``node`` with each load of a buffer named in ``moved`` reading its copy instead,
+    at the index less the copy's first element."""
+    if isinstance(node, list):
+        return [rebase_loads(n, moved) for n in node]
+    if isinstance(node, ir.Load) and node.buffer.name in moved:
+        copy, first = moved[node.buffer.name]
+        return ir.Load(copy, ir.BinOp("sub", rebase_loads(node.index, moved), first))
+    if dataclasses.is_dataclass(node) and not isinstance(node, (ir.DType, ir.Buffer)):
+        return dataclasses.replace(node, **{
+            f.name: rebase_loads(getattr(node, f.name), moved)
+            for f in dataclasses.fields(node) if f.init})
+    return node
+
+
 def _all(conds: list[ir.Expr]) -> ir.Expr | None:
     out = None
     for c in conds:
@@ -337,6 +359,8 @@ class _GPULowering(_Lowering):
     cache_trees_asked: bool = False
     in_plain: int = 0
     slot_dims: dict[str, str] = field(default_factory=dict)
+    tables: list[tuple[ir.Buffer, Any]] = field(default_factory=list)
+    part_cached: bool = False
 
     @property
     def threads(self) -> int:
@@ -495,17 +519,21 @@ class _GPULowering(_Lowering):
         index = ir.ThreadIndex(dim, "thread" if kind == "block" else "block")
         start = _add(self.bound(op.lower), _mul(index, ir.i64(op.step)))
         code: list[ir.Stmt] = [ir.Declare(var, start)]
+        cache = self.tree_part_cache(op, var) if kind == "grid" else None
         self.guards.append(ir.Cmp("lt", var, self.bound(op.upper)))
         if kind == "block":
             self.bound_dims.add(dim)
             self.divergent.add(var.name)
         try:
-            code += self.body(op.body)
+            body = self.body(op.body)
         finally:
             self.guards.pop()
             self.bound_dims.discard(dim)
             self.divergent.discard(var.name)
-        return code
+        if cache is not None:
+            copies, moved = cache
+            body = copies + [ir.Barrier()] + rebase_loads(body, moved)
+        return code + body
 
     # ---- caching --------------------------------------------------------------------------
     def cache_rows(self, op: mir.CacheRows) -> list[ir.Stmt]:
@@ -540,11 +568,54 @@ class _GPULowering(_Lowering):
             return ir.Load(buf, _add(_mul(ir.BinOp("sub", row, start), width), feature))
         return load
 
+    def tree_part_cache(self, op: mir.Loop, var: ir.Var
+                        ) -> tuple[list[ir.Stmt], dict[str, tuple[ir.Buffer, ir.Var]]] | None:
+        """For a grid-mapped tree loop with ``cache`` inside: copy code for the trees of
+        this block's iteration, ``[var, min(var + step, upper))``, from each buffer the
+        representation stores tree after tree (:meth:`~silvanforge.representations.base.
+        Representation.tree_parts`), and the copies with their first element (buffer name
+        → (copy, start)); None when the layout keeps no trees apart, the bounds are not
+        constants, or the largest chunk does not fit in shared memory.
+
+        Where each chunk starts in each buffer, and its length, come from a table built
+        here (a kernel parameter after the model's: :attr:`Program.tables`)."""
+        parts = self.rep.tree_parts()
+        lo, hi = op.lower.single, op.upper.single
+        if op.kind != "tree" or not _has(op, lambda o: isinstance(o, mir.CacheTrees)) or \
+                parts is None or lo is None or hi is None or not (lo.is_const and hi.is_const):
+            return None
+        chunks = [(a, min(a + op.step, hi.const)) for a in range(lo.const, hi.const, op.step)]
+        arrays, params = self.rep.buffers, {p.name: p for p in self.rep.params}
+        spans = {name: [int(p[b] - p[a]) for a, b in chunks] for name, p in parts.items()}
+        nbytes = sum(max(max(spans[n]), 1) * arrays[n].itemsize for n in parts)
+        if self.shared_bytes + nbytes > SHARED_BUDGET:
+            return None
+        table = ir.Buffer(f"tree_parts_{len(self.tables)}", ir.I64, readonly=True)
+        self.tables.append((table, [[int(parts[n][a]), spans[n][i]] for n in parts
+                                    for i, (a, _) in enumerate(chunks)]))
+        chunk = ir.BinOp("div", ir.BinOp("sub", var, ir.i64(lo.const)), ir.i64(op.step))
+        copies: list[ir.Stmt] = []
+        moved: dict[str, tuple[ir.Buffer, ir.Var]] = {}
+        for j, name in enumerate(parts):
+            param = params[name]
+            copy = self.shared_array(f"cached_{name}", param.dtype, max(spans[name]))
+            assert copy is not None  # the total was checked above
+            first, count = (ir.Var(self.fresh(stem), ir.I64) for stem in ("first", "count"))
+            entry = _mul(_add(ir.i64(j * len(chunks)), chunk), ir.i64(2))
+            copies += [ir.Declare(first, ir.Load(table, entry)),
+                       ir.Declare(count, ir.Load(table, _add(entry, ir.i64(1)))),
+                       self.cooperative(count, lambda e, p=param, c=copy, f=first: [
+                           ir.Store(c, e, ir.Load(p, _add(f, e)))])]
+            moved[name] = (copy, first)
+        self.part_cached = True
+        return copies, moved
+
     def model_cache(self, body: list[ir.Stmt]) -> tuple[list[ir.Stmt], list[ir.Stmt]]:
         """(copy code, body reading the copies) when the whole model fits, else ([], body)."""
         arrays = self.rep.buffers
         nbytes = sum(max(a.nbytes, 1) for a in arrays.values())
-        if not self.cache_trees_asked or self.shared_bytes + nbytes > SHARED_BUDGET:
+        if not self.cache_trees_asked or self.part_cached or \
+                self.shared_bytes + nbytes > SHARED_BUDGET:
             return [], body
         mapping: dict[str, ir.Buffer] = {}
         copies: list[ir.Stmt] = []
@@ -606,25 +677,29 @@ def lower(fn: mir.Function, forest: Forest, rep: Representation) -> Program:
     params = [rows, n_rows, *(global_buffers[d.name][0] for d in (result, *scratch)),
               finish, tree_output, *rep.params]
     slot_dims = _slot_dims(fn)
-    launches = []
-    for i, phase in enumerate(_phases(fn.body)):
+    tables: list[tuple[ir.Buffer, Any]] = []  # shared by the launches' lowerings
+    bodies = []
+    for phase in _phases(fn.body):
         grid, block = _launch_shape(phase)
         names = {d.name for d in fn.buffers if _uses(phase, d.name)}
         lowering = _GPULowering(forest, rep, rows, n_rows, ir.Var("n_threads", ir.I64),
                                 tree_output, dict(global_buffers), block=block,
                                 shared_rows={k: v for k, v in shared.items() if k in names},
-                                slot_dims=slot_dims)
+                                slot_dims=slot_dims, tables=tables)
         zero = lowering.shared_reduce_buffers()
         body = lowering.body(phase)
         copies, body = lowering.model_cache(body)
         prologue = zero + copies
         if prologue and lowering.threads > 1:
             prologue.append(ir.Barrier())
-        kernel = ir.Kernel(f"{fn.name}_{i}", params, lowering.decls + prologue + body)
-        launches.append(Launch(kernel, grid, block, lowering.shared_bytes))
+        bodies.append((lowering.decls + prologue + body, grid, block, lowering.shared_bytes))
+    params += [table for table, _ in tables]
+    launches = [Launch(ir.Kernel(f"{fn.name}_{i}", params, body), grid, block, nbytes)
+                for i, (body, grid, block, nbytes) in enumerate(bodies)]
     launches.append(_finish_launch(forest, f"{fn.name}_{len(launches)}", params,
                                    global_buffers[result.name][0], n_rows, finish))
-    return Program(tuple(launches), scratch)
+    return Program(tuple(launches), scratch,
+                   tuple(np.array(entries, dtype=np.int64).reshape(-1) for _, entries in tables))
 
 
 def _finish_launch(forest: Forest, name: str, params: list, result: ir.Buffer,

@@ -92,18 +92,21 @@ class LevelOrderRepresentation(TableRepresentation):
 
     def _fill_pushed_down(self, depths: np.ndarray,
                           slot_of: Callable[[np.ndarray, np.ndarray], np.ndarray],
-                          n_slots: int) -> None:
+                          n_slots: int, tree_starts: np.ndarray | None = None) -> None:
         """Tables of trees padded to ``depths``; ``slot_of(tree, position)`` places a
-        tree's level-order position among ``n_slots`` slots."""
+        tree's level-order position among ``n_slots`` slots (tree ``t``'s from
+        ``tree_starts[t]`` on, when trees are stored apart)."""
         position, nodes = pushed_down(self.forest, depths)
         tree_of_node = np.repeat(np.arange(self.forest.n_trees), self.forest.tree_sizes)
         slot_nodes = np.full(n_slots, -1, dtype=np.int64)
         slot_nodes[slot_of(tree_of_node[nodes], position)] = nodes
-        self._fill(slot_nodes)
+        self._fill(slot_nodes, None if tree_starts is None else (tree_starts, n_slots))
 
-    def _fill(self, slot_nodes: np.ndarray) -> None:
-        self._add(decision.node_arrays(self.forest, self.spec, slot_nodes, leaf_bit=True))
-        self._add(leaves.leaf_arrays(self.forest, slot_nodes, self.precision))
+    def _fill(self, slot_nodes: np.ndarray,
+              trees: tuple[np.ndarray, int] | None = None) -> None:
+        self._add(decision.node_arrays(self.forest, self.spec, slot_nodes, leaf_bit=True),
+                  trees)
+        self._add(leaves.leaf_arrays(self.forest, slot_nodes, self.precision), trees)
 
     def is_leaf(self, tree: ir.Expr, node: ir.Expr) -> ir.Expr:
         return decision.is_leaf_flag(self._load("flags", node))
@@ -126,7 +129,7 @@ class ArrayRepresentation(LevelOrderRepresentation, ConsecutiveTrees):
         tree_start = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
         depths = forest.tree_depths
         self._fill_pushed_down(depths, lambda tree, position: tree_start[tree] + position,
-                               int(tree_start[-1]))
+                               int(tree_start[-1]), tree_start)
         self._add_trees(tree_start[:-1], depths)
 
     def child(self, tree: ir.Expr, node: ir.Expr, left: ir.Expr) -> ir.Expr:

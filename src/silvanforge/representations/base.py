@@ -96,6 +96,15 @@ class Representation(ABC):
         """Statements that bring trees ``start:stop`` close (prefetch on CPUs)."""
         return []
 
+    def tree_parts(self) -> dict[str, np.ndarray] | None:
+        """For each model buffer that stores trees one after another: the element index
+        where each tree's part starts (``n_trees + 1`` values, the last one past the
+        last tree's), so that trees ``a:b`` are elements ``[p[a], p[b])`` (what a GPU
+        block copies into shared memory to cache a chunk of trees). Buffers not listed
+        are read where they are. None (the default) when the layout does not keep trees
+        apart."""
+        return None
+
 
 REGISTRY: dict[str, type[Representation]] = {}
 

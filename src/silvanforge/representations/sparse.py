@@ -41,9 +41,12 @@ class SparseRepresentation(TableRepresentation):
         if self.n_internal_slots + len(leaf_nodes) >= 2**31:
             raise UnsupportedModelError("the sparse representation holds fewer than 2^31 "
                                         "nodes")
-        self._add(decision.node_arrays(forest, self.spec, internal_nodes, leaf_bit=False))
-        self._add({"child": child.astype(np.int32)})
-        self._add(leaves.leaf_arrays(forest, leaf_nodes, precision))
+        trees = (_starts(forest, internal_nodes), len(internal_nodes))
+        self._add(decision.node_arrays(forest, self.spec, internal_nodes, leaf_bit=False),
+                  trees)
+        self._add({"child": child.astype(np.int32)}, trees)
+        self._add(leaves.leaf_arrays(forest, leaf_nodes, precision),
+                  (_starts(forest, leaf_nodes), len(leaf_nodes)))
         self._add({"root": roots})
 
     def root(self, tree: ir.Expr) -> ir.Expr:
@@ -62,6 +65,14 @@ class SparseRepresentation(TableRepresentation):
     def _first_slot(self, tree: ir.Expr) -> ir.Expr:
         # A tree that is a single leaf has no node slot; any in-bounds slot will do.
         return ir.BinOp("min", self.root(tree), ir.i64(self.n_internal_slots - 1))
+
+
+def _starts(forest: Forest, slot_nodes: np.ndarray) -> np.ndarray:
+    """Where each tree's slots start among slots holding ``slot_nodes`` (global nodes,
+    trees in order; padding -1 sorts after every tree)."""
+    tree = np.searchsorted(forest.tree_offsets, slot_nodes, side="right") - 1
+    tree[slot_nodes < 0] = forest.n_trees
+    return np.searchsorted(tree, np.arange(forest.n_trees + 1)).astype(np.int64)
 
 
 def _layout(forest: Forest) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

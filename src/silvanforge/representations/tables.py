@@ -20,6 +20,9 @@ _LIR_TYPES = {np.dtype(np.int8): ir.I8, np.dtype(np.int32): ir.I32,
               np.dtype(np.int64): ir.I64, np.dtype(np.float32): ir.F32,
               np.dtype(np.float64): ir.F64}
 PREFIX = "model_"
+# Tables indexed through another table (a node's category words, a leaf's coefficients),
+# not by slot: never part of one tree.
+INDIRECT = frozenset({"cat_bitset", "lin_feature", "lin_coeff"})
 
 
 class TableRepresentation(Representation):
@@ -34,12 +37,23 @@ class TableRepresentation(Representation):
         super().__init__(forest, precision)
         self.spec = decision.DecisionSpec.of(forest, precision)
         self._arrays: dict[str, np.ndarray] = {}
+        self._parts: dict[str, np.ndarray] = {}
 
-    def _add(self, arrays: dict[str, np.ndarray]) -> None:
+    def _add(self, arrays: dict[str, np.ndarray],
+             trees: tuple[np.ndarray, int] | None = None) -> None:
+        """Add model buffers. ``trees`` = (where each tree's slots start, n_trees + 1
+        values; the slots in all) when the arrays' rows are slots stored tree after tree
+        (but the :data:`INDIRECT` ones)."""
         for field, array in arrays.items():
             array = np.ascontiguousarray(array)
             array.flags.writeable = False
             self._arrays[PREFIX + field] = array
+            if trees is not None and field not in INDIRECT:
+                starts, slots = trees
+                self._parts[PREFIX + field] = starts * (array.size // max(slots, 1))
+
+    def tree_parts(self) -> dict[str, np.ndarray] | None:
+        return dict(self._parts) or None
 
     @property
     def buffers(self) -> dict[str, np.ndarray]:

@@ -1,7 +1,8 @@
 """Running a GPU :class:`~silvanforge.lir.gpu.Program`: OpenCL through pyopencl, CUDA
 through CuPy.
 
-Both runners build the kernels and upload the model buffers once; a call uploads the rows
+Both runners build the kernels and upload the model buffers (and the program's tables,
+which follow them in the kernels' parameters) once; a call uploads the rows
 (unless they already are on the device), zeroes the result and the global scratch
 buffers, runs the launches in order on one queue (stream), and returns the finished
 result, rows × outputs float64 (a numpy array for OpenCL, a CuPy array for CUDA).
@@ -67,7 +68,7 @@ class OpenCLRunner:
         flags = cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR
         # Zero-length buffers are invalid in OpenCL: a one-element stand-in is never read.
         self.model = [cl.Buffer(self.context, flags, hostbuf=a if a.size else np.zeros(1, a.dtype))
-                      for a in model]
+                      for a in [*model, *program.tables]]
 
     def run(self, rows: np.ndarray, n_outputs: int, finish: int) -> np.ndarray:
         """The result for ``rows``, finished as ``finish`` says (:mod:`...lir.finish`)."""
@@ -102,7 +103,8 @@ class CUDARunner:
                             for launch in program.launches]
         except cp.cuda.compiler.CompileException as exc:
             raise BackendError(f"NVRTC could not compile the kernels: {exc}") from None
-        self.model = [cp.asarray(a if a.size else np.zeros(1, a.dtype)) for a in model]
+        self.model = [cp.asarray(a if a.size else np.zeros(1, a.dtype))
+                      for a in [*model, *program.tables]]
 
     def run(self, rows: Any, n_outputs: int, finish: int) -> Any:
         """The result for ``rows``, a C-contiguous CuPy array of the input dtype, finished
