@@ -376,6 +376,21 @@ def test_dump_levels(opencl, forest):
         p.dump("llvm")
 
 
+def test_the_gpu_benchmark_runs_on_opencl(opencl, capsys):
+    """benchmarks/gpu.py (written for a CUDA device) runs end to end on OpenCL: models
+    trained, predictions checked, times and differences printed."""
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
+    import gpu as benchmark
+
+    assert benchmark.main(["--target", "opencl", "--models", "year-like", "--batches", "64",
+                           "--schedules", "tahoe_direct", "--rounds", "1"]) == 0
+    rows = [line.split(",") for line in capsys.readouterr().out.splitlines()
+            if line.startswith("year-like,64,")]
+    ours = [r for r in rows if r[2] == "silvanforge/tahoe_direct"]
+    assert len(ours) == 1 and float(ours[0][3]) > 0 and float(ours[0][6]) < 1e-6
+
+
 @pytest.mark.cuda
 def test_cuda_device(forest):
     """On an NVIDIA GPU: numpy in → numpy out, CuPy in → CuPy out, same numbers."""
