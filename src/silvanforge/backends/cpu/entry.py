@@ -10,7 +10,7 @@ converts integers with ``PyLong_AsLongLong``, passes the arguments bound at buil
 (the model buffers) as constants, and releases the GIL around the kernel as ctypes does.
 
 An entry built with a :class:`RowsLayout` also checks its first argument, the rows, as
-the predictor's Python did (0.4 µs of a one-row call): a C-contiguous, aligned 2-D
+the predictor's Python did (0.2-0.4 µs of a one-row call): a C-contiguous, aligned 2-D
 array of the model's input dtype, as many rows as the second argument says and one
 column a feature. Rows that fit run and the entry returns True; any other array runs
 nothing and returns False, and the caller converts it (or names what is wrong with it).
