@@ -593,8 +593,9 @@ class _GPULowering(_Lowering):
         table = ir.Buffer(f"tree_parts_{len(self.tables)}", ir.I64, readonly=True)
         self.tables.append((table, [[int(parts[n][a]), spans[n][i]] for n in parts
                                     for i, (a, _) in enumerate(chunks)]))
-        # Blocks past the loop's end (a grid dimension sized for a longer loop) copy
-        # the last chunk and skip the walks: the table is never read past its end.
+        # The grid dimension is sized for this loop (a schedule maps one loop to it), so
+        # no block runs past its end; clamped anyway: the table is never read past its
+        # end, whatever the launch shape.
         chunk = ir.BinOp("min", ir.BinOp("div", ir.BinOp("sub", var, ir.i64(lo.const)),
                                          ir.i64(op.step)), ir.i64(len(chunks) - 1))
         copies: list[ir.Stmt] = []
