@@ -327,6 +327,15 @@ def rebase_loads(node: Any, moved: dict[str, tuple[ir.Buffer, ir.Var]]) -> Any:
     return node
 
 
+def _most(lower: mir.Bound, upper: mir.Bound) -> int | None:
+    """The most elements of ``[lower, upper)`` known at compile time (an upper term a
+    constant past the single lower one), else None."""
+    lo = lower.single
+    spans = [(t - lo).const for t in upper.terms
+             if lo is not None and t.div == lo.div == 1 and (t - lo).is_const]
+    return min(spans) if spans else None
+
+
 def _all(conds: list[ir.Expr]) -> ir.Expr | None:
     out = None
     for c in conds:
@@ -466,15 +475,13 @@ class _GPULowering(_Lowering):
         inplace = isinstance(op, mir.ReduceDimensionInplace)
         source = op.buffer if inplace else op.source
         dim = self.slot_dims.get(source)
-        lo = op.rows[0].single
-        spans = [(t - lo).const for t in op.rows[1].terms
-                 if lo is not None and t.div == lo.div == 1 and (t - lo).is_const]
-        if dim is None or not spans or self.threads == 1:
+        rows = _most(*op.rows)
+        if dim is None or rows is None or self.threads == 1:
             return []
         r = self.reduction(source, None if inplace else op.target, op.dim, op.indices,
                            op.rows)
         slots = self.block[_DIMS[dim]]
-        reductions = self.threads // slots * min(spans) * self.forest.n_outputs
+        reductions = self.threads // slots * rows * self.forest.n_outputs
         if r.slots != slots or reductions >= self.threads:
             return []
         y = ir.ThreadIndex(dim, "thread")
@@ -537,12 +544,10 @@ class _GPULowering(_Lowering):
 
     # ---- caching --------------------------------------------------------------------------
     def cache_rows(self, op: mir.CacheRows) -> list[ir.Stmt]:
-        lo = op.lower.single
-        spans = [(t - lo).const for t in op.upper.terms
-                 if lo is not None and t.div == lo.div == 1 and (t - lo).is_const]
+        rows = _most(op.lower, op.upper)
         n_features = self.forest.n_features
-        buf = None if not spans else self.shared_array("cached_rows", self.rows.dtype,
-                                                       min(spans) * n_features)
+        buf = None if rows is None else self.shared_array("cached_rows", self.rows.dtype,
+                                                          rows * n_features)
         if buf is None:
             return []  # no compile-time bound or too big: read the rows where they are
         start = ir.Var(self.fresh("cache_start"), ir.I64)
