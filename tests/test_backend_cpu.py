@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from silvanforge.backends import get_backend
+from silvanforge.backends.cpu.llvm import render_module
 from silvanforge.backends.cpu import (CompiledKernel, RowsLayout, Target, build, compile_kernel,
                                      entry, jit, openmp)
 from silvanforge.errors import BackendError, SilvanForgeWarning
@@ -540,6 +541,20 @@ def test_entry_releases_the_gil():
     compile_kernel(spin, opt=0).entry()(raw)
     setter.join()
     assert raw[1] < limit
+
+
+def test_a_repeated_math_call_is_rendered_once():
+    # Trees as code test one row value's category at many nodes: trunc(x) each time.
+    x, out = ir.Buffer("x", ir.F64, readonly=True), ir.Buffer("out", ir.F64)
+    t = ir.Math("trunc", ir.Load(x, ir.i64(0)))
+    kernel = ir.Kernel("twice", [x, out], [
+        ir.Store(out, ir.i64(0), ir.BinOp("add", t, ir.Math("trunc", ir.Load(x, ir.i64(0))))),
+        ir.Store(out, ir.i64(1), t)])
+    text = str(render_module(kernel))
+    assert text.count("call double @\"llvm.trunc.f64\"") == 1
+    rows, result = np.array([2.5]), np.zeros(2)
+    compile_kernel(kernel).function(rows.ctypes.data, result.ctypes.data)
+    assert result.tolist() == [4.0, 2.0]
 
 
 @pytest.mark.parametrize("opt", [0, 1, 3])

@@ -279,7 +279,8 @@ class _FunctionBuilder:
         if not e.dtype.is_float:
             raise BackendError(f"math function {e.func!r} on {e.dtype}: floats only")
         name = _LIBM.get((e.func, e.dtype)) or _MATH[e.func].format(t=e.dtype.name)
-        return self.b.call(self.function(name, ll.FunctionType(a.type, [a.type])), [a])
+        return self.b.call(self.function(name, ll.FunctionType(a.type, [a.type])), [a],
+                           pure=True)
 
     def address(self, buf: ir.Buffer, index: ir.Expr) -> ll.Value:
         i = self.expr(index)

@@ -393,7 +393,9 @@ class IRBuilder:
         return self._pure(to, f"{op} {a.type.text} {a.ref} to {to.text}")
 
     # calls and control flow
-    def call(self, fn: Function, args: Sequence[Value]) -> Value | None:
+    def call(self, fn: Function, args: Sequence[Value], pure: bool = False) -> Value | None:
+        """``fn(*args)``; ``pure``: it has no side effects (a math intrinsic), so a known
+        call with the same arguments is reused."""
         uses = self.function.uses
         uses[fn.name] = fn
         for a in args:
@@ -404,7 +406,7 @@ class IRBuilder:
         if isinstance(ret, VoidType):
             self._lines.append("  " + text)
             return None
-        return self._value(ret, text)
+        return (self._pure if pure else self._value)(ret, text)
 
     def branch(self, target: Block) -> None:
         self._terminate(f"br label {target.ref}")
