@@ -38,6 +38,7 @@ from ..model.forest import Forest
 from ..model.inputs import as_rows
 from ..reference import check_output, shaped
 from ..hir import plan_tiling, print_plan, uniform_tiling
+from . import gc_pause
 from .layout import plan_layout
 from ..representations import REGISTRY
 from ..representations.tiled import TILED
@@ -239,8 +240,9 @@ class Predictor(ForestShape):
         schedules = [options.schedule] + ([options.small_schedule]
                                           if options.small_schedule else [])
         codes = list(object_code) + [None] * (len(schedules) - len(object_code))
-        kernels = [_Kernel(forest, self.representation, _schedule(forest, text), code,
-                           target, addresses) for text, code in zip(schedules, codes)]
+        with gc_pause.paused():  # lowering builds many objects (even when loading)
+            kernels = [_Kernel(forest, self.representation, _schedule(forest, text), code,
+                               target, addresses) for text, code in zip(schedules, codes)]
         self._main = kernels[0]
         self._small = kernels[1] if len(kernels) > 1 else None
         self._finish = kernel_finish.modes(forest)
@@ -404,6 +406,7 @@ def load_predictor(path: str | os.PathLike) -> Predictor:
         raise type(exc)(f"{os.fspath(path)}: {exc}") from None
 
 
+@gc_pause.paused()
 def compile(model: Any, target: str = "cpu", schedule: Any = None,
             representation: str | None = None, precision: str | None = None,
             n_jobs: int | None = None, tile_size: int | None = None,
