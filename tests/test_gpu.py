@@ -287,8 +287,11 @@ def test_a_block_caches_only_its_chunk_of_trees(opencl, nvrtc, forest, monkeypat
 def test_cached_chunks_predict_exactly(opencl, forest, seed, representation):
     """Partial tree caches on PoCL for every split semantic, leaf width and layout."""
     with pytest.MonkeyPatch.context() as patch:
+        # The model's input precision, as compile() chooses it: float32 thresholds
+        # change the buffers (category sets too wide for a 32-bit mask go to tables).
+        precision = "float32" if forest.input_dtype == np.float32 else "float64"
         try:
-            rep = REGISTRY[representation](forest)
+            rep = REGISTRY[representation](forest, precision)
         except UnsupportedModelError:
             return
         whole = sum(a.nbytes for a in rep.buffers.values())
