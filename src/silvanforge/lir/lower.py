@@ -65,6 +65,8 @@ class _Lowering:
     buffers: dict[str, tuple[ir.Buffer, tuple]] = field(default_factory=dict)
     walks: dict[str, _Walk] = field(default_factory=dict)
     counter: int = 0
+    # Rows whose walks as code the block being lowered has begun (see code_walks).
+    row_caches: dict = field(default_factory=dict)
 
     # ---- expressions --------------------------------------------------------------------
     def affine(self, a: mir.Affine) -> ir.Expr:
@@ -116,8 +118,10 @@ class _Lowering:
     # ---- ops ---------------------------------------------------------------------------
     def body(self, ops) -> list[ir.Stmt]:
         out: list[ir.Stmt] = []
+        outer, self.row_caches = self.row_caches, {}  # declared here serve this block
         for op in ops:
             out.extend(self.op(op))
+        self.row_caches = outer
         return out
 
     def op(self, op) -> list[ir.Stmt]:
@@ -198,24 +202,48 @@ class _Lowering:
 
     def code_walks(self, members: list[mir.WalkMember]) -> list[ir.Stmt] | None:
         """Walks the representation emits as code (each member's tree as branches, one
-        member after another), or None for a layout walked step by step."""
+        member after another), or None for a layout walked step by step.
+
+        A row's walks in one block (the trees of an unrolled loop) share its offset (each
+        node of the code loads at offset + feature) and the values the representation
+        computes once per row (:meth:`~.Representation.row_preamble`: category
+        operands), declared before the first walk that uses them. A walk that may not
+        exist (guarded) keeps its own: its row may not exist either.
+        """
         code: list[ir.Stmt] = []
+        counter = self.counter
+        walks: list[ir.Stmt] = []
+        before = {row: set(cache) for row, (_, cache) in self.row_caches.items()}
         for m in members:
             tree, row = self.affine(m.tree), self.affine(m.row)
-            counter = self.counter
             node = ir.Var(self.fresh("node"), ir.I64)
-            # The row's offset once: each node of the code then loads at offset + feature.
-            offset = ir.Var(self.fresh("row_offset"), ir.I64)
-            walk = self.rep.walk_code(tree, node, self.row_loader(offset))
+            valid = self.cond(m.valid)
+            at_row = ir.BinOp("mul", row, ir.i64(self.forest.n_features))
+            shared = None
+            if valid is None:
+                shared = self.row_caches.get(row)
+                if shared is None:
+                    first = ir.Var(self.fresh("row_offset"), ir.I64)
+                    shared = self.row_caches[row] = (first, {"stem": first.name})
+                    code.append(ir.Declare(first, at_row))
+                offset = shared[0]
+            else:
+                offset = ir.Var(self.fresh("row_offset"), ir.I64)
+            walk = self.rep.walk_code(tree, node, self.row_loader(offset),
+                                      None if shared is None else shared[1])
             if walk is None:
                 self.counter = counter  # other layouts name their variables as before
                 return None
-            valid = self.cond(m.valid)
-            code += [ir.Declare(node, ir.i64(0)),
-                     ir.Declare(offset, ir.BinOp("mul", row, ir.i64(self.forest.n_features))),
-                     *(walk if valid is None else [ir.If(valid, walk)])]
+            walks.append(ir.Declare(node, ir.i64(0)))
+            walks += walk if shared is not None else [ir.Declare(offset, at_row),
+                                                      ir.If(valid, walk)]
             self.walks[m.result] = _Walk(tree, row, node, code=True)
-        return code
+        for row, (offset, cache) in self.row_caches.items():
+            new = {k: v for k, v in cache.items() if k not in before.get(row, ())}
+            if set(new) - {"stem"}:
+                code += self.rep.row_preamble({"stem": cache["stem"], **new},
+                                              self.row_loader(offset))
+        return code + walks
 
     def fixed_walks(self, members: list[mir.WalkMember]) -> list[ir.Stmt]:
         """Walks whose trees keep every leaf at one depth: exactly that many steps, no

@@ -78,13 +78,22 @@ class Representation(ABC):
         take at least a leaf's depth in steps (a hop adds one)."""
         return self.forest.shallowest_leaves
 
-    def walk_code(self, tree: ir.Expr, node: ir.Var,
-                  feature_value: FeatureLoader) -> list[ir.Stmt] | None:
+    def walk_code(self, tree: ir.Expr, node: ir.Var, feature_value: FeatureLoader,
+                  row: dict | None = None) -> list[ir.Stmt] | None:
         """Statements that walk tree ``tree`` as code and leave the reached leaf in
         ``node`` (what :meth:`code_leaf_value` reads), for a representation that emits
         trees as code; None (the default) for layouts walked step by step through
-        :meth:`go_left` and :meth:`child`."""
+        :meth:`go_left` and :meth:`child`.
+
+        ``row``: a cache the walks of one row share (an empty dict with a ``"stem"``
+        naming its variables), for values computed once per row rather than once per
+        tree; :meth:`row_preamble` then declares them, before those walks."""
         return None
+
+    def row_preamble(self, row: dict, feature_value: FeatureLoader) -> list[ir.Stmt]:
+        """The declarations of what walks given the cache ``row`` use (see
+        :meth:`walk_code`)."""
+        return []
 
     def code_leaf_value(self, tree: ir.Expr, node: ir.Expr, k: int,
                         feature_value: FeatureLoader) -> ir.Expr:

@@ -23,10 +23,14 @@ nyc-taxi-like LightGBM models and counted with callgrind):
   gets exactly its own test and missing values, categories and float32 threshold
   rounding are those of the table layouts by construction.
 - Category sets are mask immediates when they fit (see :mod:`.decision`), tested against
-  an operand computed once per row value at the tree's entry (LLVM merges those of the
-  trees of one function): a test is an ``and`` and a branch, where recomputing the
-  category at each node took ~12 instructions (airline-cat-like: 3512 -> 3087
-  instructions a row). Larger sets stay in the ``cat_bitset`` buffer.
+  an operand computed once per row value: a test is an ``and`` and a branch, where
+  recomputing the category at each node took ~12 instructions (airline-cat-like: 3512
+  -> 3087 instructions a row). The lowering declares a row's operands once for its
+  walks in a block (:meth:`row_preamble`; every function the outliner cuts the trees
+  into receives them as arguments): computed at each tree's entry, they were computed
+  again by each of those functions (13 a row on airline-cat-like, ~60 instructions
+  each; 5-7% of the time a row, interleaved medians at 64 and 1024 rows). Larger sets
+  stay in the ``cat_bitset`` buffer.
 - A walk ends in its leaf's value, the float64 bits of an immediate, so the sum needs no
   load; linear and vector leaves end in the sparse layout's leaf handle.
 
@@ -99,12 +103,13 @@ class CodeRepresentation(SparseRepresentation):
         # Per (operator, missing rule, default direction): the spec of one node's test.
         self._specs: dict[tuple[int, int, bool], decision.DecisionSpec] = {}
 
-    def walk_code(self, tree: ir.Expr, node: ir.Var,
-                  feature_value: FeatureLoader) -> list[ir.Stmt]:
+    def walk_code(self, tree: ir.Expr, node: ir.Var, feature_value: FeatureLoader,
+                  row: dict | None = None) -> list[ir.Stmt]:
         """Nested ``If`` statements leaving tree ``tree``'s reached leaf in ``node`` (the
         float64 bits of its value, or its handle for linear and vector leaves; see
         :meth:`code_leaf_value`); ``tree`` must be a constant (an unrolled or specialized
-        tree loop)."""
+        tree loop). With a ``row`` cache, the walk's category operands are the row's,
+        declared by :meth:`row_preamble`; without one, the walk declares its own."""
         if not isinstance(tree, ir.Const):
             raise ScheduleError(
                 f"representation {self.name!r} needs constant tree indices: unroll or "
@@ -117,14 +122,15 @@ class CodeRepresentation(SparseRepresentation):
             raise UnsupportedModelError(
                 f"tree {t} is {self._depths[t]} levels deep; the {self.name!r} "
                 f"representation emits trees of up to {limit} levels (use 'sparse')")
-        # Category tests read an operand computed once per value at the tree's entry
-        # (a shift and a few compares that every test of that value would repeat;
-        # LLVM merges those of the trees of a function that read one row).
-        operands: dict[tuple[int, bool], decision.CategoryOperand] = {}
+        # Category tests read an operand computed once per row value (a shift and a few
+        # compares that every test of that value would repeat): at the row's walks
+        # given a row cache, else at the tree's entry.
+        own = row is None
+        operands = {"stem": node.name} if row is None else row
 
         def operand(feature: int, zeroed: bool) -> decision.CategoryOperand:
             if (feature, zeroed) not in operands:
-                stem = f"{node.name}_{'z' if zeroed else 'c'}{feature}"
+                stem = f"{operands['stem']}_{'z' if zeroed else 'c'}{feature}"
                 operands[feature, zeroed] = decision.CategoryOperand(
                     ir.Var(stem + "_bit", self.spec.mask_type),
                     ir.Var(stem + "_negative", ir.BOOL))
@@ -132,16 +138,21 @@ class CodeRepresentation(SparseRepresentation):
 
         base = int(self.forest.tree_offsets[t])
         body = self._subtree(base, base, node, feature_value, operand)
+        return self.row_preamble(operands, feature_value) + body if own else body
+
+    def row_preamble(self, row: dict, feature_value: FeatureLoader) -> list[ir.Stmt]:
         code: list[ir.Stmt] = []
-        for (feature, zeroed), vars_ in sorted(operands.items()):
+        for (feature, zeroed), vars_ in sorted(
+                (key, value) for key, value in row.items() if key != "stem"):
             x = feature_value(ir.i64(feature))
             x = x if x.dtype == self.spec.compare else ir.Cast(x, self.spec.compare)
             if zeroed:
                 x = ir.Select(ir.IsNaN(x), ir.Const(0.0, x.dtype), x)
             value = decision.category_operand(self.spec, x)
-            code += [ir.Declare(vars_.bit, value.bit),
-                     ir.Declare(vars_.negative, value.negative)]
-        return code + body
+            code.append(ir.Declare(vars_.bit, value.bit))
+            if self.spec.negative_category == "missing":  # else no test reads it
+                code.append(ir.Declare(vars_.negative, value.negative))
+        return code
 
     def code_leaf_value(self, tree: ir.Expr, node: ir.Expr, k: int,
                         feature_value: FeatureLoader) -> ir.Expr:
