@@ -210,8 +210,9 @@ class _Lowering:
         operands), declared before the first walk that uses them. A walk that may not
         exist (guarded) keeps its own: its row may not exist either.
         """
+        if type(self.rep).walk_code is Representation.walk_code:
+            return None  # a layout walked step by step
         code: list[ir.Stmt] = []
-        counter = self.counter
         walks: list[ir.Stmt] = []
         before = {row: set(cache) for row, (_, cache) in self.row_caches.items()}
         for m in members:
@@ -231,9 +232,7 @@ class _Lowering:
                 offset = ir.Var(self.fresh("row_offset"), ir.I64)
             walk = self.rep.walk_code(tree, node, self.row_loader(offset),
                                       None if shared is None else shared[1])
-            if walk is None:
-                self.counter = counter  # other layouts name their variables as before
-                return None
+            assert walk is not None, "a representation emitting code emits every tree"
             walks.append(ir.Declare(node, ir.i64(0)))
             walks += walk if shared is not None else [ir.Declare(offset, at_row),
                                                       ir.If(valid, walk)]
