@@ -85,9 +85,10 @@ class Representation(ABC):
         trees as code; None (the default) for layouts walked step by step through
         :meth:`go_left` and :meth:`child`.
 
-        ``row``: a cache the walks of one row share (an empty dict with a ``"stem"``
-        naming its variables), for values computed once per row rather than once per
-        tree; :meth:`row_preamble` then declares them, before those walks."""
+        ``row``: a dict the walks of one row share (given with a ``"stem"`` that names
+        its variables; the walks add what they use), for values computed once per row
+        rather than once per tree; :meth:`row_preamble` declares them, before those
+        walks."""
         return None
 
     def row_preamble(self, row: dict, feature_value: FeatureLoader) -> list[ir.Stmt]:
