@@ -222,7 +222,7 @@ class _FunctionBuilder:
             if e.dtype.is_float:
                 fnty = ll.FunctionType(a.type, [a.type, a.type])
                 name = f"{_FLOAT_MINMAX[e.op]}.{e.dtype.name}"
-                return self.b.call(self.function(name, fnty), [a, b])
+                return self.b.call(self.function(name, fnty), [a, b], pure=True)
             return self.b.select(self.b.icmp_signed("<" if e.op == "min" else ">", a, b),
                                  a, b)
         table = _FLOAT_BINOPS if e.dtype.is_float else _INT_BINOPS
