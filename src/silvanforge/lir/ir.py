@@ -7,6 +7,12 @@ stores into buffers. There is no SSA and no control-flow graph: a backend render
 a C-style GPU renderer prints the same tree as text. Everything a lower level needs is an
 attribute on a node; nothing here knows about trees, schedules or libraries.
 
+Vectors (CPU only): :class:`Broadcast`, :class:`Iota`, :class:`VectorLoad`,
+:class:`Lookup` and a :class:`Load` whose index is a vector make vectors of ``lanes``
+values; ``dtype`` is always the element type. Every other expression applies lane-wise
+when an operand is a vector (scalar operands are broadcast), a ``Store`` of a vector
+writes consecutive elements, and :class:`Extract` takes one lane back.
+
 Buffers are kernel parameters (pointers with an element type) or small fixed-size local
 arrays. Indices are element indices of type i64. Floating-point comparisons are ordered
 (false when either side is NaN); ``IsNaN`` tests for NaN explicitly.
@@ -152,6 +158,67 @@ class Bitcast(Expr):
 class Math(Expr):
     func: str
     a: Expr
+
+    @property
+    def dtype(self) -> DType:  # type: ignore[override]
+        return self.a.dtype
+
+
+@dataclass(frozen=True)
+class Broadcast(Expr):
+    """``lanes`` copies of the scalar ``a``."""
+
+    a: Expr
+    lanes: int
+
+    @property
+    def dtype(self) -> DType:  # type: ignore[override]
+        return self.a.dtype
+
+
+@dataclass(frozen=True)
+class Iota(Expr):
+    """The vector ``0, 1, ..., lanes - 1``."""
+
+    lanes: int
+    dtype: DType = I32
+
+
+@dataclass(frozen=True)
+class VectorLoad(Expr):
+    """``lanes`` consecutive elements of ``buffer`` from the scalar ``index`` on."""
+
+    buffer: Buffer
+    index: Expr
+    lanes: int
+
+    @property
+    def dtype(self) -> DType:  # type: ignore[override]
+        return self.buffer.dtype
+
+
+@dataclass(frozen=True)
+class Lookup(Expr):
+    """Lane ``i`` reads ``buffer[base + offset[i]]``, where ``base`` is a scalar and every
+    ``offset`` lies in ``[0, span)``: a read from a small window of a table, which a
+    backend may load whole and permute (``span`` elements from ``base`` must exist)."""
+
+    buffer: Buffer
+    base: Expr
+    offset: Expr
+    span: int
+
+    @property
+    def dtype(self) -> DType:  # type: ignore[override]
+        return self.buffer.dtype
+
+
+@dataclass(frozen=True)
+class Extract(Expr):
+    """Lane ``lane`` of the vector ``a``."""
+
+    a: Expr
+    lane: int
 
     @property
     def dtype(self) -> DType:  # type: ignore[override]

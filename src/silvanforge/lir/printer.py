@@ -69,6 +69,17 @@ def format_expr(e: ir.Expr) -> str:
         return f"{e.func}({format_expr(e.a)})"
     if isinstance(e, ir.ThreadIndex):
         return f"{e.kind}.{e.dim}"
+    if isinstance(e, ir.Broadcast):
+        return f"broadcast<{e.lanes}>({format_expr(e.a)})"
+    if isinstance(e, ir.Iota):
+        return f"iota<{e.lanes}>"
+    if isinstance(e, ir.VectorLoad):
+        return f"{e.buffer.name}[{format_expr(e.index)} : +{e.lanes}]"
+    if isinstance(e, ir.Lookup):
+        return (f"{e.buffer.name}[{format_expr(e.base)} + "
+                f"{format_expr(e.offset)} (< {e.span})]")
+    if isinstance(e, ir.Extract):
+        return f"{format_expr(e.a)}.lane{e.lane}"
     raise TypeError(f"not a LIR expression: {e!r}")
 
 

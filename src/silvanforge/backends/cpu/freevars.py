@@ -15,7 +15,9 @@ from ...lir import ir
 EXPR_CHILDREN = {
     ir.Const: (), ir.Var: (), ir.Load: ("index",), ir.BinOp: ("a", "b"),
     ir.Cmp: ("a", "b"), ir.Not: ("a",), ir.IsNaN: ("a",), ir.Select: ("cond", "a", "b"),
-    ir.Cast: ("a",), ir.Bitcast: ("a",), ir.Math: ("a",),
+    ir.Cast: ("a",), ir.Bitcast: ("a",), ir.Math: ("a",), ir.Broadcast: ("a",),
+    ir.Iota: (), ir.VectorLoad: ("index",), ir.Lookup: ("base", "offset"),
+    ir.Extract: ("a",),
 }
 STMT_EXPRS = {
     ir.Declare: ("init",), ir.Assign: ("value",), ir.Store: ("index", "value"),

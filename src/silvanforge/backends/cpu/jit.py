@@ -88,7 +88,7 @@ def compile_kernel(kernel: ir.Kernel, *, opt: int = 2) -> "CompiledKernel":
     pieces = _Pieces(target, opt) if build.cores() > 1 else None
     try:
         module = render_module(kernel, openmp=parallel and openmp.runtime() is not None,
-                               outlined=pieces)
+                               outlined=pieces, avx512="avx512f" in target.enabled())
     except BaseException:
         if pieces is not None and pieces.build is not None:
             pieces.build.close()  # its threads stop; what they build is dropped

@@ -85,6 +85,12 @@ class ArrayType(Type):
         self.text = f"[{count} x {element.text}]"
 
 
+class VectorType(Type):
+    def __init__(self, element: Type, count: int) -> None:
+        self.element, self.count = element, count
+        self.text = f"<{count} x {element.text}>"
+
+
 class LiteralStructType(Type):
     def __init__(self, elements: Sequence[Type]) -> None:
         self.elements = tuple(elements)
@@ -98,6 +104,7 @@ class FunctionType(Type):
 
 
 _I1 = IntType(1)
+_BYTES = {"i1": 1, "i8": 1, "i32": 4, "i64": 8, "float": 4, "double": 8}
 
 
 # ---- values ---------------------------------------------------------------------------
@@ -131,6 +138,12 @@ class Constant(Value):
         else:
             ref = str(int(value))
         super().__init__(type_, ref)
+
+
+def splat(value: Value, count: int) -> Value:
+    """A constant vector of ``count`` copies of the constant ``value``."""
+    lanes = ", ".join([f"{value.type.text} {value.ref}"] * count)
+    return Value(VectorType(value.type, count), f"<{lanes}>")
 
 
 class Argument(Value):
@@ -342,8 +355,19 @@ class IRBuilder:
         emit = self._pure if invariant else self._value
         return emit(pointee, f"load {pointee.text}, {ptr.type.text} {ptr.ref}")
 
-    def store(self, value: Value, ptr: Value) -> None:
-        self._lines.append(f"  store {value.type.text} {value.ref}, {ptr.type.text} {ptr.ref}")
+    def store(self, value: Value, ptr: Value, align: int = 0) -> None:
+        at = f", align {align}" if align else ""
+        self._lines.append(f"  store {value.type.text} {value.ref}, {ptr.type.text} "
+                           f"{ptr.ref}{at}")
+
+    def load_vector(self, ptr: Value, count: int, invariant: bool = False) -> Value:
+        """``count`` consecutive elements from ``ptr`` as a vector, aligned as one
+        element is."""
+        element = ptr.type.pointee  # type: ignore[attr-defined]
+        vty = VectorType(element, count)
+        emit = self._pure if invariant else self._value
+        return emit(vty, f"load {vty.text}, {ptr.type.text} {ptr.ref}, "
+                         f"align {_BYTES[element.text]}")
 
     def gep(self, ptr: Value, indices: Sequence[Value]) -> Value:
         pointee = ptr.type.pointee  # type: ignore[attr-defined]
@@ -352,6 +376,11 @@ class IRBuilder:
             result = (result.elements[int(index.ref)] if isinstance(result, LiteralStructType)
                       else result.element)  # type: ignore[attr-defined]
         operands = ", ".join(f"{i.type.text} {i.ref}" for i in indices)
+        lanes = [i.type.count for i in indices if isinstance(i.type, VectorType)]
+        if lanes:  # one address per lane
+            return self._pure(VectorType(result.as_pointer(), lanes[0]),
+                              f"getelementptr {pointee.text}, {ptr.type.text} {ptr.ref}, "
+                              f"{operands}")
         return self._pure(result.as_pointer(), f"getelementptr {pointee.text}, "
                                                 f"{ptr.type.text} {ptr.ref}, {operands}")
 
@@ -365,11 +394,15 @@ class IRBuilder:
         return self._pure(a.type, f"{op} {a.type.text} {a.ref}, {b.ref}")
 
     def not_(self, a: Value) -> Value:
-        return self.binary("xor", a, Constant(a.type, -1 if a.type != _I1 else 1))
+        scalar = a.type.element if isinstance(a.type, VectorType) else a.type
+        ones = Constant(scalar, -1 if scalar != _I1 else 1)
+        return self.binary("xor", a, ones if scalar is a.type
+                           else splat(ones, a.type.count))  # type: ignore[attr-defined]
 
     def _compare(self, kind: str, table: dict[str, str], op: str, a: Value,
                  b: Value) -> Value:
-        return self._pure(_I1, f"{kind} {table[op]} {a.type.text} {a.ref}, {b.ref}")
+        result = VectorType(_I1, a.type.count) if isinstance(a.type, VectorType) else _I1
+        return self._pure(result, f"{kind} {table[op]} {a.type.text} {a.ref}, {b.ref}")
 
     def icmp_signed(self, op: str, a: Value, b: Value) -> Value:
         return self._compare("icmp", _ICMP_SIGNED, op, a, b)
@@ -384,13 +417,26 @@ class IRBuilder:
         return self._compare("fcmp", _FCMP_UNORDERED, op, a, b)
 
     def select(self, cond: Value, a: Value, b: Value) -> Value:
-        return self._pure(a.type, f"select i1 {cond.ref}, {a.type.text} {a.ref}, "
+        return self._pure(a.type, f"select {cond.type.text} {cond.ref}, {a.type.text} {a.ref}, "
                                   f"{b.type.text} {b.ref}")
 
     # conversions
     def convert(self, op: str, a: Value, to: Type) -> Value:
         """``a`` converted to ``to`` by ``op`` (``sext``, ``fptosi``, ``bitcast``, ...)."""
         return self._pure(to, f"{op} {a.type.text} {a.ref} to {to.text}")
+
+    # vectors
+    def extract(self, vector: Value, lane: int) -> Value:
+        return self._pure(vector.type.element,  # type: ignore[attr-defined]
+                          f"extractelement {vector.type.text} {vector.ref}, i32 {lane}")
+
+    def broadcast(self, value: Value, count: int) -> Value:
+        """A vector of ``count`` copies of ``value`` (insert, then shuffle lane 0)."""
+        vty = VectorType(value.type, count)
+        one = self._pure(vty, f"insertelement {vty.text} poison, {value.type.text} "
+                              f"{value.ref}, i32 0")
+        return self._pure(vty, f"shufflevector {vty.text} {one.ref}, {vty.text} poison, "
+                               f"<{count} x i32> zeroinitializer")
 
     # calls and control flow
     def call(self, fn: Function, args: Sequence[Value], pure: bool = False) -> Value | None:
