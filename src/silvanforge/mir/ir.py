@@ -17,6 +17,8 @@ Ops (a body is a tuple of ops, executed in order):
   steps to take without a leaf test (every leaf of the tree is at least that deep).
 - ``InterleavedWalk(members)``: the members' walks advance round-robin, one step each in
   turn; a member whose ``valid`` condition is false (a batch remainder) is skipped.
+  ``lanes`` > 0 (``vectorize``): each run of that many consecutive members (rows of one
+  tree) walks as the lanes of one vector walk.
 - ``Reduce(target, privatized, row, tree, value)``: ``target[privatized..., row,
   tree_output[tree] : tree_output[tree] + leaf_width] += value`` (op ``+``, init 0.0),
   skipped when ``valid`` is false; ``atomic`` marks an atomic update.
@@ -179,6 +181,7 @@ class InterleavedWalk:
     members: tuple[WalkMember, ...]
     unroll_depth: int = 0
     peel_depth: int = 0
+    lanes: int = 0
 
 
 @dataclass(frozen=True)
@@ -219,6 +222,8 @@ class ReduceDimensionInplace:
 class CacheRows:
     lower: Bound
     upper: Bound
+    lanes: int = 0  # > 0: copied transposed for vector walks of that many lanes
+    rows: int = 0   # then: the most rows the range holds
 
 
 @dataclass(frozen=True)

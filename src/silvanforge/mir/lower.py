@@ -22,6 +22,7 @@ from functools import lru_cache
 from ..errors import ScheduleError
 from ..model.forest import Forest
 from ..schedule import BATCH, TREE, LoopNode, Schedule
+from ..schedule.schedule import VECTOR_LANES
 from .ir import (N, Affine, Bound, BufferDecl, CacheRows, CacheTrees, Cond, Function,
                  InterleavedWalk, Loop, Op, Reduce, Walk, WalkMember)
 from .legalize import check_peel, covered, legalize_reductions
@@ -131,15 +132,30 @@ class _Builder:
             members.append(WalkMember(tree, row, f"leaf{i}", valid))
             reduces.append(Reduce(RESULT, (), row, tree, f"leaf{i}", valid=valid))
         return [InterleavedWalk(tuple(members), attrs.get("unroll_walk", 0),
-                                attrs.get("peel_walk", 0)), *reduces]
+                                attrs.get("peel_walk", 0),
+                                VECTOR_LANES if attrs.get("vectorize") else 0), *reduces]
 
     def cache_ops(self, loop: Loop, body: list[Op]) -> list[Op]:
         """One cache op per distinct range one iteration of loop reads."""
-        make = CacheRows if loop.kind == BATCH else CacheTrees
-        return [make(lo, hi) for lo, hi in covered(body, loop.kind, self.end(loop.kind))]
+        ranges = covered(body, loop.kind, self.end(loop.kind))
+        if loop.kind == TREE:
+            return [CacheTrees(lo, hi) for lo, hi in ranges]
+        lanes = max((op.lanes for op in _ops(body) if isinstance(op, InterleavedWalk)),
+                    default=0)
+        if lanes:  # one copy of the block's consecutive rows
+            return [CacheRows(ranges[0][0], ranges[-1][1], lanes, len(ranges))]
+        return [CacheRows(lo, hi) for lo, hi in ranges]
 
     def end(self, kind: str) -> Affine:
         return Affine.var(N) if kind == BATCH else Affine.of(self.n_trees)
+
+
+def _ops(body: list[Op]):
+    """Every op of ``body``, nested ones included."""
+    for op in body:
+        yield op
+        if isinstance(op, Loop):
+            yield from _ops(list(op.body))
 
 
 def _extent(lo: Bound, hi: Bound) -> int | None:

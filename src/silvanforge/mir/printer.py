@@ -51,7 +51,8 @@ def _body(ops: tuple[Op, ...], depth: int, lines: list[str]) -> None:
                          + _attrs(unroll_depth=op.unroll_depth, peel_depth=op.peel_depth))
         elif isinstance(op, InterleavedWalk):
             lines.append(f"{pad}interleaved_walk" + _attrs(
-                unroll_depth=op.unroll_depth, peel_depth=op.peel_depth) + " {")
+                unroll_depth=op.unroll_depth, peel_depth=op.peel_depth, lanes=op.lanes)
+                + " {")
             for m in op.members:
                 when = f" if {m.valid}" if m.valid else ""
                 lines.append(f"{pad}  %{m.result} = walk tree({m.tree}) row({m.row}){when}")
@@ -71,6 +72,7 @@ def _body(ops: tuple[Op, ...], depth: int, lines: list[str]) -> None:
                          + _attrs(vector_width=op.vector_width, shared=op.shared))
         elif isinstance(op, (CacheRows, CacheTrees)):
             name = "cache_rows" if isinstance(op, CacheRows) else "cache_trees"
-            lines.append(f"{pad}{name}[{op.lower}, {op.upper})")
+            lines.append(f"{pad}{name}[{op.lower}, {op.upper})"
+                         + _attrs(lanes=getattr(op, "lanes", 0)))
         else:
             raise TypeError(f"not a MIR op: {op!r}")

@@ -31,10 +31,13 @@ from ..errors import UnsupportedModelError
 from ..lir import ir
 from ..model.forest import Forest
 from . import decision, leaves
-from .base import register
+from .base import FeatureLoader, register
 from .tables import ConsecutiveTrees, TableRepresentation
 
 MAX_SLOTS = 1 << 24
+# Dummy slots after the last tree: a vector walk reads each level's nodes as windows of
+# 16 slots (:class:`~silvanforge.lir.ir.Lookup`), past the end of a shallow last tree.
+WINDOW_PAD = 16
 
 
 def level_positions(forest: Forest) -> np.ndarray:
@@ -129,8 +132,49 @@ class ArrayRepresentation(LevelOrderRepresentation, ConsecutiveTrees):
         tree_start = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
         depths = forest.tree_depths
         self._fill_pushed_down(depths, lambda tree, position: tree_start[tree] + position,
-                               int(tree_start[-1]), tree_start)
+                               int(tree_start[-1]) + WINDOW_PAD,
+                               np.append(tree_start[:-1], tree_start[-1] + WINDOW_PAD))
         self._add_trees(tree_start[:-1], depths)
+
+    def vector_walk(self, tree: ir.Expr, lanes: int, feature_value: FeatureLoader,
+                    stem: str) -> tuple[list[ir.Stmt], ir.Expr]:
+        """Walk tree ``tree`` (a scalar) for ``lanes`` rows at once, as vectors: (the
+        statements, the vector of the leaves' slots). ``feature_value`` loads the lanes'
+        values of a vector of features; ``stem`` names the walk's variables.
+
+        Each lane keeps its position within the current level; the level's nodes are
+        consecutive slots, read by :class:`~silvanforge.lir.ir.Lookup` (a window the
+        backend may load whole and permute, not one gather per field and level).
+        Needs trees of one depth (a constant step count)."""
+        depth = self.walk_depth(tree)
+        if not isinstance(depth, ir.Const):
+            raise UnsupportedModelError(
+                "vector walks need trees of one depth; this forest's depths are "
+                f"{sorted(set(self.forest.tree_depths.tolist()))}")
+        root = self.root(tree)
+        code: list[ir.Stmt] = []
+        position: ir.Expr = ir.Broadcast(ir.Const(0, ir.I32), lanes)
+        for level in range(int(depth.value)):
+            first = ir.BinOp("add", root, ir.i64(2 ** level - 1))
+            span = 2 ** level
+
+            def field(name: str) -> ir.Expr | None:
+                if not self._has(name):
+                    return None
+                return ir.Lookup(self._buffer(name), first, position, span)
+
+            loads = decision.NodeLoads(
+                feature=field("feature"), threshold=field("threshold"),
+                flags=field("flags"), cat_offset=field("cat_offset"),
+                cat_words=field("cat_words"),
+                cat_bitset=self._buffer("cat_bitset") if self._has("cat_bitset") else None)
+            left = decision.go_left(self.spec, loads, feature_value)
+            var = ir.Var(f"{stem}_{level + 1}", ir.I32)
+            code.append(ir.Declare(var, ir.BinOp("add", ir.BinOp("mul", position, ir.Const(
+                2, ir.I32)), ir.Select(left, ir.Const(0, ir.I32), ir.Const(1, ir.I32)))))
+            position = var
+        last = ir.BinOp("add", root, ir.i64(2 ** int(depth.value) - 1))
+        return code, ir.BinOp("add", ir.Cast(position, ir.I64), last)
 
     def child(self, tree: ir.Expr, node: ir.Expr, left: ir.Expr) -> ir.Expr:
         # start + 2 * (node - start) + 1 (+1 for the right child)

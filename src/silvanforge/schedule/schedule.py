@@ -21,7 +21,10 @@ Loop modifiers:
 - ``gpuDimension(v, grid.x|grid.y|grid.z|block.x|block.y|block.z)``.
 
 Optimizations: ``parallel(v)``, ``cache(v)``, ``interleave(v)`` (innermost loop, trip count
-a compile-time constant <= 64), ``unrollWalk(v, depth)``, ``peelWalk(v, steps)`` (both on
+a compile-time constant <= 64), ``vectorize(v)`` (an innermost batch loop whose trip count
+is a multiple of :data:`VECTOR_LANES`: its rows walk as the lanes of vectors, groups of
+that many interleaved; a ``cache``d batch loop around it copies its rows transposed),
+``unrollWalk(v, depth)``, ``peelWalk(v, steps)`` (both on
 an innermost loop). Reductions: ``atomicReduce(v)``, ``vectorReduce(v, width)``,
 ``sharedReduce(v)`` (v a parallel or GPU-mapped tree loop; checked when lowered).
 
@@ -48,11 +51,12 @@ from ..errors import ScheduleError
 BATCH, TREE = "batch", "tree"
 GPU_DIMENSIONS = ("grid.x", "grid.y", "grid.z", "block.x", "block.y", "block.z")
 MAX_INTERLEAVE = 64
+VECTOR_LANES = 16  # rows a vector walk takes at once (16 float32 lanes of AVX-512)
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 # Directive name -> attribute it sets on a loop; "flag" attributes take no argument.
 _FLAGS = {"parallel": "parallel", "unroll": "unroll", "specialize": "specialize",
-          "interleave": "interleave", "cache": "cache", "atomicReduce": "atomic_reduce",
+          "interleave": "interleave", "vectorize": "vectorize", "cache": "cache", "atomicReduce": "atomic_reduce",
           "sharedReduce": "shared_reduce"}
 _VALUED = {"unrollWalk": "unroll_walk", "peelWalk": "peel_walk",
            "vectorReduce": "vector_reduce", "gpuDimension": "gpu_dim"}
@@ -202,6 +206,9 @@ class Schedule:
 
     def interleave(self, v: Var) -> "Schedule":
         return self.apply("interleave", v)
+
+    def vectorize(self, v: Var) -> "Schedule":
+        return self.apply("vectorize", v)
 
     def unrollWalk(self, v: Var, depth: int) -> "Schedule":  # noqa: N802 (seed's name)
         return self.apply("unrollWalk", v, depth)
@@ -426,6 +433,18 @@ class Schedule:
             self._innermost(var)
             self._set(var, "interleave", self._current)
             self._check_interleave_trip(var)
+            return
+        if op == "vectorize":
+            self._innermost(var)
+            trip = self.max_trip(var)
+            if kind != BATCH or trip is None or trip % VECTOR_LANES \
+                    or self.vars[var].rule != "tile_inner" or trip > MAX_INTERLEAVE:
+                raise self._error(
+                    f"vectorize takes the inner loop of a tiled batch loop whose tile is a "
+                    f"multiple of {VECTOR_LANES} rows (at most {MAX_INTERLEAVE}); {var!r} "
+                    "is not")
+            self._set(var, "interleave", self._current)
+            self._set(var, "vectorize")
             return
         self._set(var, _FLAGS[op])
 

@@ -277,14 +277,8 @@ class _FunctionBuilder:
         lanes = offset.type.count  # type: ignore[attr-defined]
         bits = e.buffer.dtype.bits
         if not (self.render.avx512 and lanes == 16 and e.span <= PERMUTE_SPAN):
-            base = self.splat(self.expr(e.base), lanes)
-            if offset.type.element != _I64:  # type: ignore[attr-defined]
-                offset = self.b.convert("sext", offset, ll.VectorType(_I64, lanes))
-            if base.type.element != _I64:  # type: ignore[attr-defined]
-                base = self.b.convert("sext", base, ll.VectorType(_I64, lanes))
-            index = self.b.binary("add", base, offset)
-            return self.gather(self.b.gep(self.lookup("buffer", e.buffer.name), [index]),
-                               e.buffer)
+            start = self.address(e.buffer, e.base)
+            return self.gather(self.b.gep(start, [offset]), e.buffer)
         i32 = ll.VectorType(_I32, 16)
         if offset.type != i32:
             offset = self.b.convert("trunc" if offset.type.element.width > 32  # type: ignore
@@ -412,7 +406,17 @@ class _FunctionBuilder:
                            pure=True)
 
     def address(self, buf: ir.Buffer, index: ir.Expr) -> ll.Value:
-        """The address of element ``index`` (a vector of addresses for a vector)."""
+        """The address of element ``index`` (a vector of addresses for a vector). A
+        vector index ``scalar + (i64)offsets`` of 32-bit offsets addresses from the
+        scalar with those offsets: one 16-lane gather, not two of 64-bit indices."""
+        if isinstance(index, ir.BinOp) and index.op == "add":
+            for scalar, cast in ((index.a, index.b), (index.b, index.a)):
+                if isinstance(cast, ir.Cast) and cast.a.dtype == ir.I32:
+                    offsets = self.expr(cast.a)
+                    if isinstance(offsets.type, ll.VectorType):
+                        start = self.address(buf, scalar)
+                        if not isinstance(start.type, ll.VectorType):
+                            return self.b.gep(start, [offsets])
         i = self.expr(index)
         wide = _like(i.type, _I64)
         if i.type != wide:

@@ -109,7 +109,7 @@ class Sizer:
             if kind is ir.Var:
                 self._name(node, names)
                 continue
-            if kind is ir.Load:
+            if kind in (ir.Load, ir.VectorLoad, ir.Lookup):
                 self._name(node.buffer, names)
             children = EXPR_CHILDREN.get(kind)
             if children is None:  # a backend's own node
