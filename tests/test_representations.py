@@ -23,7 +23,7 @@ from silvanforge.model.forest import (MISSING_NAN, MISSING_NONE, MISSING_ZERO, O
                                       OP_EQ, OP_LE, OP_LT, ZERO_THRESHOLD)
 from silvanforge.model.inputs import as_matrix
 from silvanforge.representations import REGISTRY
-from silvanforge.representations.array import MAX_SLOTS
+from silvanforge.representations.array import MAX_SLOTS, WINDOW_PAD
 from silvanforge.representations.decision import round_down_f32, round_up_f32
 from silvanforge.representations.tiled import TILED
 from silvanforge.hir import MAX_TILE_SIZE, tile_uniform
@@ -194,7 +194,7 @@ def test_array_layout_is_level_order_per_tree_with_leaves_pushed_down():
     rep = REGISTRY["array"](small_forest())
     b = rep.buffers
     np.testing.assert_array_equal(b["model_tree_start"], [0, 15])  # 2^4 - 1 slots
-    assert len(b["model_feature"]) == 15 + 7
+    assert len(b["model_feature"]) == 15 + 7 + WINDOW_PAD  # a vector walk's windows
     # chain: root 0 → right child at slot 2 → its right at 6 → its right at 14
     np.testing.assert_array_equal(b["model_threshold"][[0, 2, 6]], [0.5, 1.5, 2.5])
     # The leaves of depth 1 and 2 (slots 1 and 5) fill the bottom level below them.
