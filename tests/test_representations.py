@@ -200,7 +200,7 @@ def test_array_layout_is_level_order_per_tree_with_leaves_pushed_down():
     # The leaves of depth 1 and 2 (slots 1 and 5) fill the bottom level below them.
     np.testing.assert_array_equal(b["model_leaf_value"][7:15], [1, 1, 1, 1, 2, 2, 3, 4])
     assert not b["model_flags"][[1, 5]].any()  # dummy splits in their own slots
-    np.testing.assert_array_equal(b["model_leaf_value"][15 + 3:], [10, 20, 30, 40])
+    np.testing.assert_array_equal(b["model_leaf_value"][15 + 3:15 + 7], [10, 20, 30, 40])
     np.testing.assert_array_equal(b["model_tree_depth"], [3, 2])
 
 

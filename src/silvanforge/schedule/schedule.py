@@ -56,8 +56,8 @@ _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 # Directive name -> attribute it sets on a loop; "flag" attributes take no argument.
 _FLAGS = {"parallel": "parallel", "unroll": "unroll", "specialize": "specialize",
-          "interleave": "interleave", "vectorize": "vectorize", "cache": "cache", "atomicReduce": "atomic_reduce",
-          "sharedReduce": "shared_reduce"}
+          "interleave": "interleave", "vectorize": "vectorize", "cache": "cache",
+          "atomicReduce": "atomic_reduce", "sharedReduce": "shared_reduce"}
 _VALUED = {"unrollWalk": "unroll_walk", "peelWalk": "peel_walk",
            "vectorReduce": "vector_reduce", "gpuDimension": "gpu_dim"}
 
