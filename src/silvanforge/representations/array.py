@@ -156,18 +156,8 @@ class ArrayRepresentation(LevelOrderRepresentation, ConsecutiveTrees):
         position: ir.Expr = ir.Broadcast(ir.Const(0, ir.I32), lanes)
         for level in range(int(depth.value)):
             first = ir.BinOp("add", root, ir.i64(2 ** level - 1))
-            span = 2 ** level
-
-            def field(name: str) -> ir.Expr | None:
-                if not self._has(name):
-                    return None
-                return ir.Lookup(self._buffer(name), first, position, span)
-
-            loads = decision.NodeLoads(
-                feature=field("feature"), threshold=field("threshold"),
-                flags=field("flags"), cat_offset=field("cat_offset"),
-                cat_words=field("cat_words"),
-                cat_bitset=self._buffer("cat_bitset") if self._has("cat_bitset") else None)
+            loads = self.node_loads(lambda name: ir.Lookup(
+                self._buffer(name), first, position, 2 ** level))
             left = decision.go_left(self.spec, loads, feature_value)
             var = ir.Var(f"{stem}_{level + 1}", ir.I32)
             code.append(ir.Declare(var, ir.BinOp("add", ir.BinOp("mul", position, ir.Const(

@@ -8,6 +8,7 @@ all, so they live here once.
 from __future__ import annotations
 
 from abc import abstractmethod
+from typing import Callable
 
 import numpy as np
 
@@ -85,15 +86,19 @@ class TableRepresentation(Representation):
 
     def go_left(self, tree: ir.Expr, node: ir.Expr, feature_value: FeatureLoader) -> ir.Expr:
         """i1: whether a row goes left at the split in node slot ``node``."""
-        def optional(field: str) -> ir.Expr | None:
-            return self._load(field, node) if self._has(field) else None
+        return decision.go_left(self.spec, self.node_loads(
+            lambda field: self._load(field, node)), feature_value)
 
-        loads = decision.NodeLoads(
-            feature=self._load("feature", node), threshold=self._load("threshold", node),
-            flags=optional("flags"), cat_offset=optional("cat_offset"),
-            cat_words=optional("cat_words"),
+    def node_loads(self, read: Callable[[str], ir.Expr]) -> decision.NodeLoads:
+        """The split fields of one node, each table this layout has read by
+        ``read(field)`` (a load of a slot, or a vector walk's lookup)."""
+        def optional(field: str) -> ir.Expr | None:
+            return read(field) if self._has(field) else None
+
+        return decision.NodeLoads(
+            feature=read("feature"), threshold=read("threshold"), flags=optional("flags"),
+            cat_offset=optional("cat_offset"), cat_words=optional("cat_words"),
             cat_bitset=self._buffer("cat_bitset") if self._has("cat_bitset") else None)
-        return decision.go_left(self.spec, loads, feature_value)
 
     def leaf_value(self, tree: ir.Expr, node: ir.Expr, k: int,
                    feature_value: FeatureLoader) -> ir.Expr:
