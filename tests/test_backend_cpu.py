@@ -615,3 +615,32 @@ kernel show(const f32* x, f32* out, i64 n) {
     out_np = np.zeros(3, np.float32)
     call(compile_kernel(kernel), x_np, out_np, 3)
     assert out_np[1] == 2.0 and out_np[2] == 0.0
+
+
+# ---- vectors ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int8, np.int32, np.float64, np.int64])
+@pytest.mark.parametrize("span", [1, 16, 32, 128, 256])
+def test_vector_lookups_gathers_and_broadcasts_read_what_numpy_reads(dtype, span):
+    """Lookup windows (permuted on AVX-512 hosts for narrow fields up to 128 elements,
+    gathered otherwise), gathers, broadcasts and lane extraction."""
+    kind = {np.float32: ir.F32, np.int8: ir.I8, np.int32: ir.I32, np.float64: ir.F64,
+            np.int64: ir.I64}[dtype]
+    table = ir.Buffer("table", kind, readonly=True)
+    out = ir.Buffer("out", kind)
+    offsets = ir.Buffer("offsets", ir.I32, readonly=True)
+    window = ir.BinOp("rem", ir.VectorLoad(offsets, ir.i64(0), 16), ir.Const(span, ir.I32))
+    gathered = ir.Load(table, ir.Cast(ir.BinOp("add", ir.Iota(16), ir.Const(5, ir.I32)),
+                                      ir.I64))
+    body = [ir.Store(out, ir.i64(0), ir.Lookup(table, ir.i64(3), window, span)),
+            ir.Store(out, ir.i64(16), gathered),
+            ir.Store(out, ir.i64(32), ir.Broadcast(ir.Extract(gathered, 3), 16))]
+    kernel = compile_kernel(ir.Kernel("vectors", [table, offsets, out], body))
+    rng = np.random.default_rng(span)
+    values = (rng.standard_normal(300) * 100).astype(dtype)
+    at = rng.integers(0, 1000, 16).astype(np.int32)
+    result = np.zeros(48, dtype)
+    kernel.function(values.ctypes.data, at.ctypes.data, result.ctypes.data)
+    np.testing.assert_array_equal(result[:16], values[3 + at % span])
+    np.testing.assert_array_equal(result[16:32], values[5:21])
+    np.testing.assert_array_equal(result[32:], values[8])

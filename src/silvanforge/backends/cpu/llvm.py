@@ -270,20 +270,21 @@ class _FunctionBuilder:
         return self.b.extract(self.expr(e.a), e.lane)
 
     def _e_Lookup(self, e: ir.Lookup) -> ll.Value:
-        """A window of at most :data:`PERMUTE_SPAN` 32-bit elements is loaded whole (16
-        at a time) and permuted by the offsets where the target has AVX-512 (a
-        permute is one instruction, a gather one load per lane); other lookups gather."""
+        """A window of at most :data:`PERMUTE_SPAN` elements of 32 bits or fewer is
+        loaded whole (16 at a time) and permuted by the offsets where the target has
+        AVX-512 (a permute is one instruction, a gather one load per lane); other
+        lookups gather."""
         offset = self.expr(e.offset)
         lanes = offset.type.count  # type: ignore[attr-defined]
         bits = e.buffer.dtype.bits
-        if not (self.render.avx512 and lanes == 16 and e.span <= PERMUTE_SPAN):
-            start = self.address(e.buffer, e.base)
+        start = self.address(e.buffer, e.base)
+        if not (self.render.avx512 and lanes == 16 and e.span <= PERMUTE_SPAN
+                and bits <= 32):
             return self.gather(self.b.gep(start, [offset]), e.buffer)
         i32 = ll.VectorType(_I32, 16)
         if offset.type != i32:
             offset = self.b.convert("trunc" if offset.type.element.width > 32  # type: ignore
                                     else "sext", offset, i32)
-        start = self.address(e.buffer, e.base)
         windows = []
         for k in range(0, max(e.span, 1), 16):
             at = start if k == 0 else self.b.gep(start, [ll.Constant(_I64, k)])
