@@ -203,10 +203,9 @@ class _Lowering:
         for g in range(0, len(members), lanes):
             group = members[g:g + lanes]
             tree, row = self.affine(group[0].tree), self.affine(group[0].row)
-            stmts, leaves = walk(tree, lanes, self.vector_loader(row, lanes),
-                                 self.fresh("position"))
-            code += stmts
             loader = self.vector_loader(row, lanes)
+            stmts, leaves = walk(tree, lanes, loader, self.fresh("position"))
+            code += stmts
             values = [self.local(code, "leaf_values",
                                  self.rep.leaf_value(tree, leaves, k, loader))
                       for k in range(self.forest.leaf_width)]
