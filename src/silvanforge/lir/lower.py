@@ -20,6 +20,7 @@ condition: the generated code never reads outside its buffers.
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass, field
 from typing import Callable
@@ -200,12 +201,18 @@ class _Lowering:
                 f"vectorize needs the 'array' representation at precision 'float32'; this "
                 f"kernel walks {self.rep.name!r} at {self.rep.precision!r}")
         code: list[ir.Stmt] = []
+        walks = []
         for g in range(0, len(members), lanes):
             group = members[g:g + lanes]
             tree, row = self.affine(group[0].tree), self.affine(group[0].row)
             loader = self.vector_loader(row, lanes)
-            stmts, leaves = walk(tree, lanes, loader, self.fresh("position"))
-            code += stmts
+            walks.append((group, tree, loader, *walk(tree, lanes, loader,
+                                                      self.fresh("position"))))
+        # Step by step across the groups (one statement a level), so that the CPU
+        # overlaps the groups' dependent loads and the groups share a level's windows.
+        for steps in itertools.zip_longest(*(w[3] for w in walks)):
+            code += [s for s in steps if s is not None]
+        for group, tree, loader, _, leaves in walks:
             values = [self.local(code, "leaf_values",
                                  self.rep.leaf_value(tree, leaves, k, loader))
                       for k in range(self.forest.leaf_width)]
