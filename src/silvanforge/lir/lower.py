@@ -194,32 +194,59 @@ class _Lowering:
         """Each run of ``lanes`` members (rows of one tree) walks as one vector walk of
         the representation; its leaf values are vectors each member's reduce takes its
         lane of. A lane past the rows' end walks the last row (in bounds; its reduce is
-        skipped), so no walk is guarded."""
+        skipped).
+
+        When every group has rows, the groups' walks advance level by level in turn (the
+        CPU overlaps their dependent loads; they share a level's windows); at the end
+        of the batch, each group with rows walks on its own and the others not at all."""
         walk = getattr(self.rep, "vector_walk", None)
         if walk is None or self.rep.spec.compare.bits != 32:
             raise ScheduleError(
                 f"vectorize needs the 'array' representation at precision 'float32'; this "
                 f"kernel walks {self.rep.name!r} at {self.rep.precision!r}")
-        code: list[ir.Stmt] = []
-        walks = []
+        groups = []
         for g in range(0, len(members), lanes):
             group = members[g:g + lanes]
             tree, row = self.affine(group[0].tree), self.affine(group[0].row)
-            loader = self.vector_loader(row, lanes)
-            walks.append((group, tree, loader, *walk(tree, lanes, loader,
-                                                      self.fresh("position"))))
-        # Step by step across the groups (one statement a level), so that the CPU
-        # overlaps the groups' dependent loads and the groups share a level's windows.
-        for steps in itertools.zip_longest(*(w[3] for w in walks)):
-            code += [s for s in steps if s is not None]
-        for group, tree, loader, _, leaves in walks:
-            values = [self.local(code, "leaf_values",
-                                 self.rep.leaf_value(tree, leaves, k, loader))
-                      for k in range(self.forest.leaf_width)]
+            groups.append((group, tree, self.vector_loader(row, lanes)))
+
+        def walked(group, tree, loader) -> tuple[list[ir.Stmt], list[ir.Stmt], list[ir.Expr]]:
+            """(the walk, one statement a level; the leaf values' statements; values)"""
+            steps, leaves = walk(tree, lanes, loader, self.fresh("position"))
+            tail: list[ir.Stmt] = []
+            return steps, tail, [self.local(tail, "leaf_values",
+                                            self.rep.leaf_value(tree, leaves, k, loader))
+                                 for k in range(self.forest.leaf_width)]
+
+        every = self.cond(groups[-1][0][0].valid)  # the last group has rows: all have
+        interleaved = [walked(*g) for g in groups]
+        code = [s for steps in itertools.zip_longest(*(w[0] for w in interleaved))
+                for s in steps if s is not None] + [s for w in interleaved for s in w[1]]
+        values = [w[2] for w in interleaved]
+        if every is not None:
+            # The values live past the branches: declared here, assigned in each.
+            shared = [[ir.Var(self.fresh("leaf_values"), v.dtype) for v in vs]
+                      for vs in values]
+
+            def assigned(stmts: list[ir.Stmt], vs, into) -> list[ir.Stmt]:
+                return stmts + [ir.Assign(x, v) for x, v in zip(into, vs)]
+
+            alone = []
+            for (group, tree, loader), into in zip(groups, shared):
+                steps, tail, vs = walked(group, tree, loader)
+                body = assigned(steps + tail, vs, into)
+                has_rows = self.cond(group[0].valid)
+                alone += body if has_rows is None else [ir.If(has_rows, body)]
+            code = [ir.Declare(x, ir.Broadcast(ir.Const(0, x.dtype), lanes))
+                    for xs in shared for x in xs] + [ir.If(every, [
+                        *code, *(ir.Assign(x, v) for xs, vs in zip(shared, values)
+                                 for x, v in zip(xs, vs))], alone)]
+            values = shared
+        for (group, tree, _), vs in zip(groups, values):
             full = self.cond(group[-1].valid)  # rows ascend: the last exists, all do
             for i, m in enumerate(group):
                 self.walks[m.result] = _Walk(tree, self.affine(m.row), ir.i64(0),
-                                             lane=(values, i, lanes, full))
+                                             lane=(vs, i, lanes, full))
         return code
 
     def vector_loader(self, first_row: ir.Expr, lanes: int):

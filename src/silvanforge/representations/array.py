@@ -124,13 +124,16 @@ class ArrayRepresentation(LevelOrderRepresentation, ConsecutiveTrees):
 
     name = "array"
 
-    def __init__(self, forest: Forest, precision: str = "float64") -> None:
+    def __init__(self, forest: Forest, precision: str = "float64",
+                 depth: int = 0) -> None:
+        """``depth``: pad every tree to at least this depth (vector walks need trees
+        of one depth: pass the deepest tree's)."""
         super().__init__(forest, precision)
+        depths = np.maximum(forest.tree_depths, depth)
         # Python ints: a deep tree's size must be checked before numpy could overflow.
-        sizes = [2 ** (int(d) + 1) - 1 for d in forest.tree_depths]
+        sizes = [2 ** (int(d) + 1) - 1 for d in depths]
         check_padded_size(sum(sizes), self.name)
         tree_start = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-        depths = forest.tree_depths
         self._fill_pushed_down(depths, lambda tree, position: tree_start[tree] + position,
                                int(tree_start[-1]) + WINDOW_PAD,
                                np.append(tree_start[:-1], tree_start[-1] + WINDOW_PAD))
@@ -145,7 +148,8 @@ class ArrayRepresentation(LevelOrderRepresentation, ConsecutiveTrees):
         Each lane keeps its position within the current level; the level's nodes are
         consecutive slots, read by :class:`~silvanforge.lir.ir.Lookup` (a window the
         backend may load whole and permute, not one gather per field and level).
-        Needs trees of one depth (a constant step count)."""
+        Needs trees of one depth (a constant step count: build the representation
+        with ``depth``)."""
         depth = self.walk_depth(tree)
         if not isinstance(depth, ir.Const):
             raise UnsupportedModelError(

@@ -131,10 +131,14 @@ def model_arrays(forest: Forest, representation: Any) -> list[np.ndarray]:
 
 
 def build_representation(forest: Forest, name: str, precision: str, tile_size: int = 1,
-                         node_tile: np.ndarray | None = None) -> Any:
+                         node_tile: np.ndarray | None = None, one_depth: bool = False) -> Any:
     """The representation ``name`` of ``forest``; with ``tile_size`` > 1, its tiled form
-    over ``node_tile`` (a tiling's per-node labels; default: uniform tiling)."""
+    over ``node_tile`` (a tiling's per-node labels; default: uniform tiling).
+    ``one_depth``: for vector walks, the array layout pads every tree to the deepest's
+    depth (other layouts are refused by the walks themselves)."""
     if tile_size == 1 and node_tile is None:
+        if one_depth and name == "array":
+            return REGISTRY[name](forest, precision, depth=int(forest.tree_depths.max()))
         return REGISTRY[name](forest, precision)
     if name not in TILED:
         raise InputError(f"tile_size {tile_size} needs representation 'array' or 'sparse' "
@@ -190,6 +194,24 @@ def _representation(forest: Forest, name: str | None, code: bool = True) -> str:
     return name
 
 
+def vectorizes(forest: Forest, representation: str, precision: str,
+               target: Target | None = None) -> bool:
+    """Whether ``compile`` gives this forest the ``vector`` schedule by default (16 rows
+    as the lanes of one walk; docs/ARCHITECTURE.md "Vector walks"): array tables at
+    float32 on a CPU with AVX-512 (``target``, default this one), while padding every
+    tree to the deepest's depth keeps the array layout's padding bound.
+
+    >>> vectorizes(forest, "array", "float32")                  # doctest: +SKIP
+    True
+    """
+    if representation != "array" or precision != "float32":
+        return False
+    if "avx512f" not in (target or Target.host()).enabled():
+        return False
+    slots = forest.n_trees * (2 ** (int(forest.tree_depths.max()) + 1) - 1)
+    return slots <= MAX_ARRAY_PADDING * forest.n_nodes
+
+
 def _precision(forest: Forest, precision: str | None) -> str:
     if precision is None:
         return "float32" if forest.input_dtype == np.float32 else "float64"
@@ -233,16 +255,17 @@ class Predictor(ForestShape):
         self.forest = forest
         self.options = options
         self._node_tile = node_tile
+        schedules = [_schedule(forest, text) for text in [options.schedule] + (
+            [options.small_schedule] if options.small_schedule else [])]
         self.representation = build_representation(
-            forest, options.representation, options.precision, options.tile_size, node_tile)
+            forest, options.representation, options.precision, options.tile_size, node_tile,
+            one_depth=any(s.vectorized for s in schedules))
         self._model_arrays = model_arrays(forest, self.representation)
         addresses = [a.ctypes.data for a in self._model_arrays]
-        schedules = [options.schedule] + ([options.small_schedule]
-                                          if options.small_schedule else [])
         codes = list(object_code) + [None] * (len(schedules) - len(object_code))
         with gc_pause.paused():  # lowering builds many objects (even when loading)
-            kernels = [_Kernel(forest, self.representation, _schedule(forest, text), code,
-                               target, addresses) for text, code in zip(schedules, codes)]
+            kernels = [_Kernel(forest, self.representation, schedule, code, target,
+                               addresses) for schedule, code in zip(schedules, codes)]
         self._main = kernels[0]
         self._small = kernels[1] if len(kernels) > 1 else None
         self._finish = kernel_finish.modes(forest)
@@ -457,14 +480,22 @@ def compile(model: Any, target: str = "cpu", schedule: Any = None,
     layout = plan_layout(forest, tile_size, tiling, profile)
     forest = layout.forest
     rep = _representation(forest, representation or layout.representation)
-    chosen = _schedule(forest, schedule, rep) if schedule is not None or \
-        layout.schedule is None else Schedule.parse(layout.schedule, forest.n_trees)
+    chosen_precision = _precision(forest, precision)
+    if schedule is None and layout.schedule is None and layout.tile_size == 1 \
+            and vectorizes(forest, rep, chosen_precision):
+        # The transposed copy costs a load and a store per feature of a row, the walks
+        # one level per tree: it pays while rows have fewer features than levels.
+        chosen = named("vector", forest.n_trees, cache=forest.n_features <= forest.n_trees
+                       * int(forest.tree_depths.max()))
+    else:
+        chosen = _schedule(forest, schedule, rep) if schedule is not None or \
+            layout.schedule is None else Schedule.parse(layout.schedule, forest.n_trees)
     # A schedule left to SilvanForge gets a second kernel for small batches (not code's:
     # its one kernel serves every batch, and a second would double its compile time).
     small = str(named("small_batch", forest.n_trees)) \
         if schedule is None and rep != "code" else None
     options = Options(schedule=str(chosen), representation=rep,
-                      precision=_precision(forest, precision), n_jobs=jobs,
+                      precision=chosen_precision, n_jobs=jobs,
                       small_schedule=small, tile_size=layout.tile_size,
                       tiling=layout.tiling)
     return Predictor(forest, options, node_tile=layout.node_tile)

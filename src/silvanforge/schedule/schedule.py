@@ -233,6 +233,15 @@ class Schedule:
 
     # ---- queries ---------------------------------------------------------------------
 
+    @property
+    def vectorized(self) -> bool:
+        """Whether a loop is vectorized (its walks need trees of one depth).
+
+        >>> Schedule.parse("tile(batch, b0, b1, 16)\nvectorize(b1)").vectorized
+        True
+        """
+        return any("vectorize" in attrs for attrs in self.attrs.values())
+
     def loop_order(self) -> list[list[str]]:
         """Every path from an outermost loop to an innermost one, as variable names."""
         return [[n.var for n in path] for path in self.paths()]

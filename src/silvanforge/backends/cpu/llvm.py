@@ -155,7 +155,8 @@ class _FunctionBuilder:
         if not mutable and var.name not in self.assigned:
             self.scopes[-1][("value", var.name)] = value
             return
-        slot = self.allocas.alloca(llvm_type(var.dtype), name=var.name)
+        # A vector's slot holds the vector (a LIR dtype is the element type).
+        slot = self.allocas.alloca(value.type, name=var.name)
         self.b.store(value, slot)
         self.scopes[-1][("var", var.name)] = slot
 
