@@ -319,7 +319,7 @@ def test_dumps(forest):
     predictor = silvanforge.compile(forest, n_jobs=1)
     assert "trees 11" in predictor.dump("hir")
     assert "walk" in predictor.dump("mir")
-    assert "node" in predictor.dump("lir")
+    assert "kernel predict(" in predictor.dump("lir")
     assert "define" in predictor.dump("llvm")
 
 

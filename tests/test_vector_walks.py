@@ -12,9 +12,11 @@ from hypothesis import strategies as st
 import silvanforge
 from silvanforge import reference
 from silvanforge.errors import ScheduleError
-from silvanforge.model.builder import build_forest
+from silvanforge.model.builder import Tree, build_forest
 from silvanforge.model.forest import (MISSING_NAN, MISSING_NONE, MISSING_ZERO, OP_CAT,
                                       OP_EQ, OP_LE, OP_LT)
+from silvanforge.backends.cpu import Target
+from silvanforge.runtime.predictor import vector_schedule, vectorizes
 from silvanforge.schedule import Schedule
 
 from test_representations import random_rows, random_tree
@@ -25,36 +27,80 @@ def schedule(tile: int, cache: bool) -> str:
                       *(["cache(b0)"] if cache else []), "vectorize(b1)", "parallel(b0)"])
 
 
-def same_depth_forest(rng, ops, rules, n_features: int, n_outputs: int):
-    """A float32 forest of up to 4 random trees, all of the first one's depth."""
-    def depth(tree):
-        return int(build_forest([tree], n_features=n_features, n_outputs=n_outputs,
-                                input_dtype=np.float32).tree_depths[0])
-    trees = [random_tree(rng, n_features, ops, rules, 1, False, 0)]
-    for _ in range(40):
-        tree = random_tree(rng, n_features, ops, rules, 1, False,
-                           int(rng.integers(0, n_outputs)))
-        if depth(tree) == depth(trees[0]) and len(trees) < 4:
-            trees.append(tree)
+def random_forest(rng, ops, rules, n_features: int, n_outputs: int):
+    """A float32 forest of 1-4 random trees of any depths (a vectorized schedule pads
+    them to the deepest's)."""
+    trees = [random_tree(rng, n_features, ops, rules, 1, False,
+                         int(rng.integers(0, n_outputs)))
+             for _ in range(int(rng.integers(1, 5)))]
     return build_forest(trees, n_features=n_features, n_outputs=n_outputs,
                         input_dtype=np.float32)
 
 
-@settings(max_examples=25, deadline=None)
-@given(seed=st.integers(0, 2**32 - 1), n_rows=st.integers(1, 70),
-       tile=st.sampled_from([16, 32]), cache=st.booleans(), n_outputs=st.integers(1, 2),
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n_rows=st.integers(1, 140),
+       tile=st.sampled_from([16, 32, 48, 64]), cache=st.booleans(),
+       n_outputs=st.integers(1, 2),
        ops=st.lists(st.sampled_from([OP_LT, OP_LE, OP_EQ, OP_CAT]), min_size=1,
                     max_size=4, unique=True),
        rules=st.lists(st.sampled_from([MISSING_NAN, MISSING_ZERO, MISSING_NONE]),
                       min_size=1, max_size=3, unique=True))
 def test_vector_walks_match_reference(seed, n_rows, tile, cache, n_outputs, ops, rules):
+    # Up to 140 rows: whole blocks, whose vector walks interleave, and a last block
+    # with fewer groups of rows, whose groups walk alone.
     rng = np.random.default_rng(seed)
-    forest = same_depth_forest(rng, ops, rules, int(rng.integers(1, 5)), n_outputs)
+    forest = random_forest(rng, ops, rules, int(rng.integers(1, 5)), n_outputs)
     rows = random_rows(forest, seed, n_rows).astype(np.float32)
     predictor = silvanforge.compile(forest, schedule=schedule(tile, cache),
                                     representation="array", precision="float32")
     np.testing.assert_array_equal(predictor.predict(rows, output="margin"),
                                   reference.predict(forest, rows, output="margin"))
+
+
+def complete_forest(depths: list[int], n_features: int = 3, seed: int = 0):
+    """A float32 forest of complete trees of ``depths`` (random splits, NaN to the left)."""
+    rng = np.random.default_rng(seed)
+
+    def tree(depth: int) -> Tree:
+        n = 2 ** (depth + 1) - 1
+        return Tree(left=[2 * i + 1 if 2 * i + 1 < n else -1 for i in range(n)],
+                    right=[2 * i + 2 if 2 * i + 2 < n else -1 for i in range(n)],
+                    feature=rng.integers(0, n_features, n), threshold=rng.normal(size=n),
+                    leaf_value=rng.normal(size=n), default_left=True)
+    return build_forest([tree(d) for d in depths], n_features=n_features, n_outputs=1,
+                        input_dtype=np.float32)
+
+
+AVX512 = Target("x86_64-unknown-linux-gnu", "skylake-avx512", "+avx512f,+avx2")
+
+
+def test_the_default_schedule_vectorizes_array_float32_forests_on_avx512():
+    forest = complete_forest([3, 3, 2])
+    avx2 = Target("x86_64-unknown-linux-gnu", "haswell", "-avx512f,+avx2")
+    assert vectorizes(forest, "array", "float32", AVX512)
+    assert not vectorizes(forest, "array", "float32", avx2)
+    assert not vectorizes(forest, "array", "float64", AVX512)
+    assert not vectorizes(forest, "sparse", "float32", AVX512)
+    predictor = silvanforge.compile(forest)
+    assert predictor.schedule.vectorized == vectorizes(forest, "array", "float32")
+    rows = random_rows(forest, 5, 100).astype(np.float32)
+    np.testing.assert_array_equal(predictor.predict(rows, output="margin"),
+                                  reference.predict(forest, rows, output="margin"))
+
+
+def test_vectorized_padding_keeps_the_array_bound():
+    # Padding the stumps to the deep tree's depth: 10 x 511 slots for 1 x 511 + 9 x 3
+    # nodes, more than 4 slots a node; 3 trees of depth 8 and one of 7 pad within it.
+    assert not vectorizes(complete_forest([8] + [1] * 9), "array", "float32", AVX512)
+    assert vectorizes(complete_forest([8, 8, 8, 7]), "array", "float32", AVX512)
+
+
+def test_a_vectorized_forest_of_wide_rows_walks_them_in_place():
+    # More features than levels walked: copying rows transposed costs more than it saves.
+    wide, narrow = complete_forest([4, 4], n_features=100), complete_forest([4, 4])
+    assert "cache(b0)" not in str(vector_schedule(wide))
+    assert "cache(b0)" in str(vector_schedule(narrow))
+    assert vector_schedule(wide).vectorized
 
 
 def test_vectorize_needs_a_tile_of_whole_vectors():
@@ -66,7 +112,7 @@ def test_vectorize_needs_a_tile_of_whole_vectors():
 
 def test_vectorize_needs_the_array_layout_at_float32():
     rng = np.random.default_rng(3)
-    forest = same_depth_forest(rng, [OP_LT], [MISSING_NAN], 2, 1)
+    forest = random_forest(rng, [OP_LT], [MISSING_NAN], 2, 1)
     with pytest.raises(ScheduleError, match="array"):
         silvanforge.compile(forest, schedule=schedule(16, True), representation="sparse",
                             precision="float32")

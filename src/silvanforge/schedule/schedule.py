@@ -237,7 +237,9 @@ class Schedule:
     def vectorized(self) -> bool:
         """Whether a loop is vectorized (its walks need trees of one depth).
 
-        >>> Schedule.parse("tile(batch, b0, b1, 16)\nvectorize(b1)").vectorized
+        >>> schedule = Schedule()
+        >>> _ = schedule.tile("batch", "b0", "b1", 16)
+        >>> schedule.reorder("b0", "tree", "b1").vectorize("b1").vectorized
         True
         """
         return any("vectorize" in attrs for attrs in self.attrs.values())
