@@ -472,36 +472,59 @@ class _Lowering:
         tree_const = op.tree.is_const
         first = (ir.i64(int(self.forest.tree_output[op.tree.const])) if tree_const
                  else ir.Cast(ir.Load(self.tree_output, walk.tree), ir.I64))
+
+        def index(row: ir.Expr, k: int) -> ir.Expr:
+            out = first if k == 0 else ir.BinOp("add", first, ir.i64(k))
+            return self.flat_index(op.target, [self.affine(p) for p in op.privatized]
+                                   + [row, out])
+
+        if walk.lane is not None and not op.atomic:
+            return self.reduce_lanes(op, walk, buffer, index)
         stmts: list[ir.Stmt] = []
         loader = self.feature_loader(walk.row)
         for k in range(self.forest.leaf_width):
-            out = first if k == 0 else ir.BinOp("add", first, ir.i64(k))
-            index = self.flat_index(op.target, [self.affine(p) for p in op.privatized]
-                                    + [walk.row, out])
             if walk.lane is not None:
                 value: ir.Expr = ir.Extract(walk.lane[0][k], walk.lane[1])
             else:
                 read = self.rep.code_leaf_value if walk.code else self.rep.leaf_value
                 value = read(walk.tree, walk.node, k, loader)
             if op.atomic:
-                stmts.append(ir.AtomicAdd(buffer, index, value))
+                stmts.append(ir.AtomicAdd(buffer, index(walk.row, k), value))
             else:
-                stmts.append(ir.Store(buffer, index,
-                                      ir.BinOp("add", ir.Load(buffer, index), value)))
+                stmts.append(ir.Store(buffer, index(walk.row, k), ir.BinOp(
+                    "add", ir.Load(buffer, index(walk.row, k)), value)))
         valid = self.cond(op.valid)
-        stmts = stmts if valid is None else [ir.If(valid, stmts)]
-        if walk.lane is None or self.forest.n_outputs != 1 or op.atomic:
-            return stmts
-        # One output a row: the group's rows are consecutive in the target, so a group
-        # whose lanes all exist adds its vector at once, through its first lane's reduce.
+        return stmts if valid is None else [ir.If(valid, stmts)]
+
+    def reduce_lanes(self, op: mir.Reduce, walk: _Walk, buffer: ir.Buffer,
+                     index: Callable[[ir.Expr, int], ir.Expr]) -> list[ir.Stmt]:
+        """A vector walk's group of rows adds its leaf values through its first lane's
+        reduce (the others add nothing): as whole vectors when all its rows exist and
+        each has one output (consecutive in the target), else lane by lane from a local
+        copy, over the rows that exist (one loop, not a test per lane)."""
         values, lane, lanes, full = walk.lane
         if lane:
-            return [] if full is None else [ir.If(ir.Not(full), stmts)]
-        index = self.flat_index(op.target, [self.affine(p) for p in op.privatized]
-                                + [walk.row, first])
-        whole = [ir.Store(buffer, index, ir.BinOp("add", ir.VectorLoad(
-            buffer, index, lanes), values[0]))]
-        return whole if full is None else [ir.If(full, whole, stmts)]
+            return []
+        count: ir.Expr = ir.i64(lanes)
+        if op.valid is not None:
+            count = ir.BinOp("min", count, ir.BinOp("sub", self.bound(op.valid.bound),
+                                                    walk.row))
+        i = ir.Var(self.fresh("lane"), ir.I64)
+        row = ir.BinOp("add", walk.row, i)
+        loop: list[ir.Stmt] = []
+        adds: list[ir.Stmt] = []
+        for k, vs in enumerate(values):
+            copy = ir.Buffer(self.fresh("lanes"), vs.dtype, lanes)
+            loop += [ir.LocalArray(copy), ir.Store(copy, ir.i64(0), vs)]
+            adds.append(ir.Store(buffer, index(row, k), ir.BinOp(
+                "add", ir.Load(buffer, index(row, k)), ir.Load(copy, i))))
+        loop.append(ir.For(i, ir.i64(0), count, ir.i64(1), adds))
+        if self.forest.n_outputs != 1:
+            return loop
+        at = index(walk.row, 0)
+        whole = [ir.Store(buffer, at, ir.BinOp("add", ir.VectorLoad(buffer, at, lanes),
+                                               values[0]))]
+        return whole if full is None else [ir.If(full, whole, loop)]
 
     def reduction(self, source: str, target: str | None, dim: int, indices,
                   rows: tuple[mir.Bound, mir.Bound]) -> "_Reduction":
