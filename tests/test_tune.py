@@ -237,3 +237,20 @@ def test_tune_rejects_bad_arguments(xgb_model):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert silvanforge.compile(model, schedule=" auto ", n_jobs=1)
+
+
+def test_vector_walks_are_shortlisted_for_array_forests_and_exact(xgb_model):
+    model, X = xgb_model
+    forest = silvanforge.load(model)
+    assert not any(p["order"] == "row_vectors"
+                   for p in heuristic.shortlist(forest, heuristic.SMALL_BATCH, n_jobs=1))
+    vector = [p for p in heuristic.shortlist(forest, 64, n_jobs=1)
+              if p["order"] == "row_vectors"]
+    assert len(vector) == 1  # an XGBoost forest of near-complete trees: array tables
+    for point in vector + heuristic.refinements(vector, forest, 64, n_jobs=1):
+        text, options = space.render(point, forest.n_trees)
+        assert "vectorize(b1)" in text and ("cache(b0)" in text) == point["cache"]
+        predictor = silvanforge.compile(model, schedule=text, n_jobs=1, **options)
+        np.testing.assert_array_equal(predictor.predict(X, output="margin"),
+                                      silvanforge.reference.predict(forest, X,
+                                                                    output="margin"))

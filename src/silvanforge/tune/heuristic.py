@@ -6,9 +6,11 @@ reduction) on the best three. The CPU search here has the same shape:
 
 1. :func:`shortlist`: the loop order and block size the batch size calls for, with each
    representation the trees' shape calls for, walks interleaved and not unrolled, one
-   thread per 128 rows;
+   thread per 128 rows; for array forests above ``SMALL_BATCH`` rows, also vector walks
+   as ``compile``'s default schedule for them (``row_vectors``);
 2. :func:`refinements`: on the ``KEEP`` fastest of the shortlist, one axis at a time:
-   smaller row blocks, interleaving toggled (small batches only), tiles of
+   smaller row blocks (vector walks: the other block, the row copy toggled),
+   interleaving toggled (small batches only), tiles of
    ``space.TILE_SIZES[-1]`` nodes (layouts with a tiled form), and the thread counts 1 and
    ``n_jobs`` (free: a thread count needs no compile).
 
@@ -21,8 +23,9 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from ..model.forest import Forest
-from ..runtime.predictor import MIN_ROWS_PER_THREAD, SMALL_BATCH, _representation
-from ..schedule.library import SMALL_TREE_TILE
+from ..runtime.predictor import (MIN_ROWS_PER_THREAD, SMALL_BATCH, _representation,
+                                 copies_rows)
+from ..schedule.library import SMALL_TREE_TILE, VECTOR_BLOCK
 from . import space
 
 # Leaders of the shortlist that the second stage refines (the seed keeps 3; on CPUs one
@@ -112,6 +115,12 @@ def shortlist(forest: Forest, batch: int, n_jobs: int) -> list[dict[str, Any]]:
             extra = {"block": _block(order, batch), **walks, "tile_size": 1}
         out.append({"order": order, **extra, "threads": threads_for(batch, n_jobs),
                     "representation": rep})
+    if "array" in [p["representation"] for p in out] and batch > SMALL_BATCH:
+        # Vector walks (compile's default on AVX-512 for such forests), last: the
+        # leaders' refinements below are for the scalar orders' axes.
+        out.append({"order": "row_vectors", "block": VECTOR_BLOCK,
+                    "cache": copies_rows(forest), "threads": threads_for(batch, n_jobs),
+                    "representation": "array"})
     return out
 
 
@@ -127,6 +136,9 @@ def refinements(leaders: Sequence[dict[str, Any]], forest: Forest, batch: int,
             tiles = _values(p["order"], "tree_tile")
             at = tiles.index(p["tree_tile"])
             out += [{**p, "tree_tile": t} for t in tiles[max(0, at - 1):at + 2:2]]
+        if p["order"] == "row_vectors":
+            out += [{**p, "block": b} for b in _values(p["order"], "block")
+                    if b != p["block"]] + [{**p, "cache": not p["cache"]}]
         if "interleave" in p and batch < ALWAYS_INTERLEAVE:
             out.append({**p, "interleave": not p["interleave"]})
         if p.get("tile_size") == 1 and space.has_tiles(p["representation"]):

@@ -20,7 +20,10 @@ The loop orders (T trees, B rows per block, k trees per tile, c = threads chunks
 - ``unrolled_trees``: ``tile(batch, b0, b1, B); reorder(b0, b1, tree); unroll(tree);
   parallel(b0)``: each row through every tree, the tree loop unrolled (constant tree
   indices), for representations that emit trees as code (``walk_code``), which need
-  it; table layouts take the other three orders.
+  it; table layouts take the other orders;
+- ``row_vectors``: ``tile(batch, b0, b1, B); reorder(b0, tree, b1); [cache(b0);]
+  vectorize(b1); parallel(b0)``: 16 rows a vector walk (the ``vector`` schedule), the
+  ``array`` layout only (at float32: other points are refused and skipped).
 
 >>> [p["order"] for p in points(n_trees=10, n_jobs=2)][:1]
 ['row_blocks']
@@ -66,8 +69,11 @@ ORDERS: dict[str, tuple[Axis, ...]] = {
     "tree_chunks": (Axis("block", (8, 32, 64)), Axis("interleave", (False, True)),
                     Axis("walk", WALKS)),
     "unrolled_trees": (Axis("block", (16, 32)),),
+    "row_vectors": (Axis("block", (32, 64)), Axis("cache", (False, True))),
 }
 CODE_ORDERS = ("unrolled_trees",)
+# Orders whose walks only the array layout takes, untiled.
+VECTOR_ORDERS = ("row_vectors",)
 # Uniform tile sizes searched: 1 (no tiles) and 3, the best tiled size measured (higgs,
 # sparse: 1.08x faster than untiled; sizes 2, 4, 6, 8 slower than 3 on every model).
 TILE_SIZES = (1, 3)
@@ -96,6 +102,8 @@ def option_axes(order: str | None = None) -> tuple[Axis, ...]:
     """The compile-keyword axes (of one loop order: code-emitting representations go with
     the orders in ``CODE_ORDERS`` only, tile sizes with the others). Representations are
     read from the registry when asked, so plug-ins registered later are searched too."""
+    if order in VECTOR_ORDERS:
+        return (Axis("representation", ("array",), option=True),)
     names = sorted(REGISTRY)
     if order is not None:
         names = [r for r in names if emits_code(r) == (order in CODE_ORDERS)]
@@ -151,6 +159,9 @@ def render(point: dict[str, Any], n_trees: int) -> tuple[str, dict[str, Any]]:
         lines = [f"tile(batch, b0, b1, {block})",
                  f"tile(tree, t0, t1, {min(point['tree_tile'], n_trees)})",
                  *_walk_lines(point, "t1"), "parallel(b0)"]
+    elif order == "row_vectors":
+        lines = [f"tile(batch, b0, b1, {block})", "reorder(b0, tree, b1)",
+                 *(["cache(b0)"] if point["cache"] else []), "vectorize(b1)", "parallel(b0)"]
     elif order == "unrolled_trees":
         lines = [f"tile(batch, b0, b1, {block})", "reorder(b0, b1, tree)", "unroll(tree)",
                  "parallel(b0)"]
