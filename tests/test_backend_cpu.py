@@ -622,7 +622,7 @@ kernel show(const f32* x, f32* out, i64 n) {
 @pytest.mark.parametrize("dtype", [np.float32, np.int8, np.int32, np.float64, np.int64])
 @pytest.mark.parametrize("span", [1, 16, 32, 128, 256])
 def test_vector_lookups_gathers_and_broadcasts_read_what_numpy_reads(dtype, span):
-    """Lookup windows (permuted on AVX-512 hosts for narrow fields up to 128 elements,
+    """Lookup windows (permuted on AVX-512 hosts for narrow fields up to 256 elements,
     gathered otherwise), gathers, broadcasts and lane extraction."""
     kind = {np.float32: ir.F32, np.int8: ir.I8, np.int32: ir.I32, np.float64: ir.F64,
             np.int64: ir.I64}[dtype]

@@ -27,29 +27,33 @@ def schedule(tile: int, cache: bool) -> str:
                       *(["cache(b0)"] if cache else []), "vectorize(b1)", "parallel(b0)"])
 
 
-def random_forest(rng, ops, rules, n_features: int, n_outputs: int):
+def random_forest(rng, ops, rules, n_features: int, n_outputs: int, leaves: str = "constant"):
     """A float32 forest of 1-4 random trees of any depths (a vectorized schedule pads
-    them to the deepest's)."""
-    trees = [random_tree(rng, n_features, ops, rules, 1, False,
-                         int(rng.integers(0, n_outputs)))
+    them to the deepest's); ``leaves``: "constant", "linear" or "vector" (one leaf value
+    per output)."""
+    width = n_outputs if leaves == "vector" else 1
+    trees = [random_tree(rng, n_features, ops, rules, width, leaves == "linear",
+                         0 if width > 1 else int(rng.integers(0, n_outputs)))
              for _ in range(int(rng.integers(1, 5)))]
     return build_forest(trees, n_features=n_features, n_outputs=n_outputs,
-                        input_dtype=np.float32)
+                        linear_leaves=leaves == "linear", input_dtype=np.float32)
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), n_rows=st.integers(1, 140),
        tile=st.sampled_from([16, 32, 48, 64]), cache=st.booleans(),
-       n_outputs=st.integers(1, 2),
+       n_outputs=st.integers(1, 2), leaves=st.sampled_from(["constant", "linear", "vector"]),
        ops=st.lists(st.sampled_from([OP_LT, OP_LE, OP_EQ, OP_CAT]), min_size=1,
                     max_size=4, unique=True),
        rules=st.lists(st.sampled_from([MISSING_NAN, MISSING_ZERO, MISSING_NONE]),
                       min_size=1, max_size=3, unique=True))
-def test_vector_walks_match_reference(seed, n_rows, tile, cache, n_outputs, ops, rules):
+def test_vector_walks_match_reference(seed, n_rows, tile, cache, n_outputs, leaves, ops,
+                                      rules):
     # Up to 140 rows: whole blocks, whose vector walks interleave, and a last block
-    # with fewer groups of rows, whose groups walk alone.
+    # with fewer groups of rows, whose groups walk alone. Constant leaves are permuted
+    # windows, linear and vector leaves gathers.
     rng = np.random.default_rng(seed)
-    forest = random_forest(rng, ops, rules, int(rng.integers(1, 5)), n_outputs)
+    forest = random_forest(rng, ops, rules, int(rng.integers(1, 5)), n_outputs, leaves)
     rows = random_rows(forest, seed, n_rows).astype(np.float32)
     predictor = silvanforge.compile(forest, schedule=schedule(tile, cache),
                                     representation="array", precision="float32")

@@ -214,9 +214,8 @@ class _Lowering:
             """(the walk, one statement a level; the leaf values' statements; values)"""
             steps, leaves = walk(tree, lanes, loader, self.fresh("position"))
             tail: list[ir.Stmt] = []
-            return steps, tail, [self.local(tail, "leaf_values",
-                                            self.rep.leaf_value(tree, leaves, k, loader))
-                                 for k in range(self.forest.leaf_width)]
+            return steps, tail, [self.local(tail, "leaf_values", self.rep.vector_leaf_value(
+                tree, leaves, k, loader)) for k in range(self.forest.leaf_width)]
 
         every = self.cond(groups[-1][0][0].valid)  # the last group has rows: all have
         interleaved = [walked(*g) for g in groups]
