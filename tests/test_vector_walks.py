@@ -61,6 +61,21 @@ def test_vector_walks_match_reference(seed, n_rows, tile, cache, n_outputs, leav
                                   reference.predict(forest, rows, output="margin"))
 
 
+def test_every_end_of_a_batch_in_a_block_of_four_vector_walks():
+    # Batches ending in each group of a 64-row block take each of its code paths (all
+    # four groups in turn, the first two, the first alone), with and without the copy.
+    rng = np.random.default_rng(11)
+    forest = random_forest(rng, [OP_LT, OP_CAT], [MISSING_NAN, MISSING_ZERO], 3, 1)
+    rows = random_rows(forest, 11, 200).astype(np.float32)
+    expected = reference.predict(forest, rows, output="margin")
+    for cache in (False, True):
+        predictor = silvanforge.compile(forest, schedule=schedule(64, cache),
+                                        representation="array", precision="float32")
+        for n in [*range(1, 70), 100, 127, 128, 129, 200]:
+            np.testing.assert_array_equal(predictor.predict(rows[:n], output="margin"),
+                                          expected[:n], err_msg=f"{n} rows")
+
+
 def complete_forest(depths: list[int], n_features: int = 3, seed: int = 0):
     """A float32 forest of complete trees of ``depths`` (random splits, NaN to the left)."""
     rng = np.random.default_rng(seed)
