@@ -55,8 +55,9 @@ def _default(n_trees: int) -> str:
 
 
 # Rows a block of the ``vector`` schedule: four vector walks of 16 rows through a tree
-# in turn (higgs / year, 1 thread, 1024 rows, ns/row, interleaved medians: 32 rows
-# 513 / 568, 48 rows 491 / 537, 64 rows 467 / 519; 64 is the most walks interleave takes).
+# in turn. Higgs / year, 1 thread, 1024 rows, time against 64 rows (shuffled order, 61
+# rounds; two copies of one kernel differ by up to 5%): 32 rows 1.09 / 1.09, 48 rows
+# 0.98 / 0.97; 64 is the most walks interleave takes and serves 2 threads from 128 rows.
 VECTOR_BLOCK = 64
 
 
