@@ -13,6 +13,11 @@ forest) returning the text form, so every named schedule is also an example of i
   within 1%; random forest array 12: 1235, 16: 1266, 32: 1293; nyc-taxi-like sparse
   12: 1518, 16: 1608, 32: 1640. Twelve walks' nodes nearly fit the registers, and the
   kernel compiles in a third of the time of 32.
+- ``vector``: ``tile(batch, b0, b1, 64); reorder(b0, tree, b1); cache(b0); vectorize(b1);
+  parallel(b0)``: 16 rows walk a tree as the lanes of one vector walk, a block's four
+  walks in turn, the block's rows first copied transposed (``cache=False`` leaves the
+  copy out). ``compile`` uses it for array forests at float32 on AVX-512 CPUs
+  (docs/ARCHITECTURE.md "Vector walks across rows").
 - ``xgboost``: seed §4.2: ``tile(batch, b0, b1, 64); reorder(b0, tree, b1); parallel(b0)``.
 - ``small_batch``: for a handful of rows: each row walks 10 trees at a time, interleaved
   (``tile(tree, t0, t1, 10); interleave(t1)``); a single row has no other walks to
