@@ -135,7 +135,7 @@ def _tune(args: argparse.Namespace) -> None:
 
 
 def _compile_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--schedule", help="a named schedule (default, xgboost, "
+    p.add_argument("--schedule", help="a named schedule (default, vector, xgboost, "
                    "one_tree_at_a_time, tree_parallel, code_rows, ...), 'auto' (the tuning "
                    "cache) or a file of schedule text")
     p.add_argument("--representation", choices=sorted(REGISTRY),
