@@ -122,6 +122,15 @@ def test_a_vectorized_forest_of_wide_rows_walks_them_in_place():
     assert vector_schedule(wide).vectorized
 
 
+def test_a_row_copy_past_the_stack_bound_is_refused_and_never_a_default():
+    # 64 rows of 5000 float32 features: 1.28 MB on each thread's stack.
+    forest = complete_forest([8] * 30, n_features=5000)
+    assert "cache(b0)" not in str(vector_schedule(forest))
+    with pytest.raises(ScheduleError, match="stack"):
+        silvanforge.compile(forest, schedule=schedule(64, True), representation="array",
+                            precision="float32")
+
+
 def test_vectorize_needs_a_tile_of_whole_vectors():
     with pytest.raises(ScheduleError, match="multiple of 16"):
         Schedule.parse("tile(batch, b0, b1, 12)\nreorder(b0, tree, b1)\nvectorize(b1)")

@@ -42,6 +42,9 @@ MAX_UNROLLED_STEPS = 512
 # one vector per node, selected by position (higgs: 1.3x faster than gathering levels
 # 0-3; a wider select tree costs more than the gather it saves).
 DIRECT_SPAN = 8
+# The most a block's transposed copy of its rows may take of a thread's stack (OpenMP
+# threads get a few MiB): 64 rows of 4096 float32 features.
+MAX_ROW_COPY_BYTES = 1 << 20
 _INPUT_DTYPES = {np.dtype(np.float32): ir.F32, np.dtype(np.float64): ir.F64}
 
 
@@ -176,6 +179,12 @@ class _Lowering:
         their reduces are skipped)."""
         lanes, n = op.lanes, self.forest.n_features
         groups = -(-op.rows // lanes)
+        size = groups * lanes * n * (self.rows.dtype.bits // 8)
+        if size > MAX_ROW_COPY_BYTES:
+            raise ScheduleError(
+                f"cache on a vectorized block copies {groups * lanes} rows of {n} features "
+                f"({size} bytes) to each thread's stack, more than {MAX_ROW_COPY_BYTES}: "
+                "leave out the cache directive (the walks then read the rows in place)")
         buf = ir.Buffer(self.fresh("rows_t"), self.rows.dtype, groups * lanes * n)
         first = self.bound(op.lower)
         r, f = ir.Var(self.fresh("r"), ir.I64), ir.Var(self.fresh("f"), ir.I64)

@@ -217,14 +217,21 @@ def vector_schedule(forest: Forest) -> Schedule:
     when they have fewer features than a row's walks take levels (the copy costs a load
     and a store a feature; 1 thread, 1024 rows, time against the schedule without the
     copy: 28 features and 10 trees of depth 4: 0.95; 400 and 100 x 8: 0.67; 1000 and 300
-    x 8: 0.71; 200 and 20 x 6: 1.08; bosch-like, 968 and 100 x 8: 1.2-1.5)."""
+    x 8: 0.71; 200 and 20 x 6: 1.08; bosch-like, 968 and 100 x 8: 1.2-1.5), and at
+    most :data:`MAX_COPIED_FEATURES` of them (the copy is on the thread's stack)."""
     return named("vector", forest.n_trees, cache=copies_rows(forest))
+
+
+# Vector walks copy a block's rows only up to this many features (64 rows of them take
+# 256 KiB of a thread's stack; the lowering refuses copies past 1 MiB).
+MAX_COPIED_FEATURES = 1024
 
 
 def copies_rows(forest: Forest) -> bool:
     """Whether vector walks of ``forest`` copy a block's rows transposed first (see
     :func:`vector_schedule`)."""
-    return forest.n_features <= forest.n_trees * int(forest.tree_depths.max())
+    return forest.n_features <= min(MAX_COPIED_FEATURES,
+                                    forest.n_trees * int(forest.tree_depths.max()))
 
 
 def _precision(forest: Forest, precision: str | None) -> str:
