@@ -76,6 +76,23 @@ def test_every_end_of_a_batch_in_a_block_of_four_vector_walks():
                                           expected[:n], err_msg=f"{n} rows")
 
 
+def test_vector_walks_for_a_cpu_without_avx512_gather_and_stay_exact(monkeypatch):
+    # A predictor saved here and loaded on an AVX2 machine recompiles its vector schedule
+    # there: windows become gathers and 16-lane vectors two of 8.
+    avx2 = Target(Target.host().triple, "haswell", "")
+    monkeypatch.setattr(Target, "host", classmethod(lambda cls: avx2))
+    rng = np.random.default_rng(12)
+    forest = random_forest(rng, [OP_LT, OP_LE, OP_CAT], [MISSING_NAN, MISSING_ZERO], 4, 2)
+    rows = random_rows(forest, 12, 140).astype(np.float32)
+    expected = reference.predict(forest, rows, output="margin")
+    predictor = silvanforge.compile(forest, schedule=schedule(64, True),
+                                    representation="array", precision="float32")
+    assert "avx512" not in predictor.dump("llvm")
+    for n in (1, 20, 70, 140):
+        np.testing.assert_array_equal(predictor.predict(rows[:n], output="margin"),
+                                      expected[:n])
+
+
 def complete_forest(depths: list[int], n_features: int = 3, seed: int = 0):
     """A float32 forest of complete trees of ``depths`` (random splits, NaN to the left)."""
     rng = np.random.default_rng(seed)
