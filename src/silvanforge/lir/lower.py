@@ -176,7 +176,7 @@ class _Lowering:
         """Copy the block's rows into a local array, feature-major within each group of
         ``lanes`` rows: a level whose lanes share a feature reads its values as one
         vector. A row past the last is copied from the last (the walks stay in bounds;
-        their reduces are skipped)."""
+        their reduces add nothing)."""
         lanes, n = op.lanes, self.forest.n_features
         groups = -(-op.rows // lanes)
         size = groups * lanes * n * (self.rows.dtype.bits // 8)
