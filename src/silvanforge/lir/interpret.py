@@ -193,6 +193,16 @@ _MATH = {"exp": np.exp, "log": np.log, "log1p": np.log1p, "sqrt": np.sqrt,
          "fabs": np.fabs, "trunc": np.trunc, "floor": np.floor}
 
 
+def _math(e: ir.Math, env: _Env) -> Any:
+    a = _eval(e.a, env)
+    if e.func == "cttz":
+        if e.dtype.is_float:
+            raise TypeError(f"cttz of a {e.dtype}: integers only")
+        a &= (1 << e.dtype.bits) - 1
+        return e.dtype.bits if a == 0 else (a & -a).bit_length() - 1
+    return _MATH[e.func](a)
+
+
 def _eval(e: ir.Expr, env: _Env) -> Any:
     return _EVAL[type(e)](e, env)
 
@@ -283,7 +293,7 @@ _EVAL: dict[type, Callable[[Any, _Env], Any]] = {
     ir.Select: _select,
     ir.Cast: _cast,
     ir.Bitcast: _bitcast,
-    ir.Math: lambda e, env: _MATH[e.func](_eval(e.a, env)),
+    ir.Math: _math,
     ir.ThreadIndex: lambda e, env: _thread_index(e, env),
 }
 

@@ -11,7 +11,8 @@ Vectors (CPU only): :class:`Broadcast`, :class:`Iota`, :class:`VectorLoad`,
 :class:`Lookup` and a :class:`Load` whose index is a vector make vectors of ``lanes``
 values; ``dtype`` is always the element type. Every other expression applies lane-wise
 when an operand is a vector (scalar operands are broadcast), a ``Store`` of a vector
-writes consecutive elements, and :class:`Extract` takes one lane back.
+writes consecutive elements, :class:`Extract` takes one lane back and
+:class:`LaneBits` packs a boolean vector into an integer.
 
 Buffers are kernel parameters (pointers with an element type) or small fixed-size local
 arrays. Indices are element indices of type i64. Floating-point comparisons are ordered
@@ -47,7 +48,9 @@ DTYPES = {d.name: d for d in (BOOL, I8, I32, I64, F32, F64)}
 BINARY_OPS = {"add", "sub", "mul", "div", "rem", "and", "or", "xor", "shl", "lshr",
               "ashr", "min", "max"}
 COMPARE_OPS = {"lt", "le", "gt", "ge", "eq", "ne"}
-MATH_FUNCS = {"exp", "log", "log1p", "sqrt", "fabs", "trunc", "floor"}
+# "cttz" (integers): the number of trailing zero bits (the width for 0); the others take
+# floats.
+MATH_FUNCS = {"exp", "log", "log1p", "sqrt", "fabs", "trunc", "floor", "cttz"}
 
 
 # ---- expressions ---------------------------------------------------------------------
@@ -223,6 +226,15 @@ class Extract(Expr):
     @property
     def dtype(self) -> DType:  # type: ignore[override]
         return self.a.dtype
+
+
+@dataclass(frozen=True)
+class LaneBits(Expr):
+    """The lanes of the boolean vector ``a`` as the bits of an integer of ``dtype``: lane
+    ``i`` is bit ``i`` (``a`` has at most ``dtype.bits`` lanes; higher bits are 0)."""
+
+    a: Expr
+    dtype: DType
 
 
 THREAD_DIMS = ("x", "y", "z")

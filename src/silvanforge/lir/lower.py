@@ -31,7 +31,7 @@ from ..mir import ir as mir
 from ..errors import ScheduleError
 from ..mir.legalize import check_peel
 from ..model.forest import Forest
-from ..representations.base import Representation
+from ..representations.base import Representation, RowValues
 from . import ir
 from .finish import epilogue
 
@@ -114,11 +114,7 @@ class _Lowering:
 
     def row_loader(self, offset: ir.Expr):
         """Loads of the features of the row starting at element ``offset``."""
-        def load(feature: ir.Expr) -> ir.Expr:
-            if feature.dtype != ir.I64:
-                feature = ir.Cast(feature, ir.I64)
-            return ir.Load(self.rows, ir.BinOp("add", offset, feature))
-        return load
+        return RowValues(self.rows, offset, self.forest.n_features)
 
     def flat_index(self, name: str, indices: list[ir.Expr]) -> ir.Expr:
         """Row-major element index of ``indices`` in buffer ``name``."""
@@ -486,7 +482,10 @@ class _Lowering:
         walk = self.walks[op.value]
         buffer, _ = self.buffers[op.target]
         tree_const = op.tree.is_const
+        # One output: every tree adds to it, and the target index stays the same across
+        # a loop over trees (LLVM keeps the sum in a register).
         first = (ir.i64(int(self.forest.tree_output[op.tree.const])) if tree_const
+                 else ir.i64(0) if self.forest.n_outputs == 1
                  else ir.Cast(ir.Load(self.tree_output, walk.tree), ir.I64))
 
         def index(row: ir.Expr, k: int) -> ir.Expr:

@@ -2,10 +2,10 @@
 
 >>> from silvanforge.representations import REGISTRY
 >>> sorted(REGISTRY)
-['array', 'code', 'reorg', 'sparse']
+['array', 'code', 'mask', 'reorg', 'sparse']
 """
 
-from . import array, code, reorg, sparse  # noqa: F401  (importing registers them)
+from . import array, code, mask, reorg, sparse  # noqa: F401  (importing registers them)
 from .base import REGISTRY, Representation, register
 
 __all__ = ["REGISTRY", "Representation", "register"]

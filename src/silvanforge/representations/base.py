@@ -14,6 +14,7 @@ compiled input precision.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from typing import Callable, ClassVar
 
 import numpy as np
@@ -22,6 +23,27 @@ from ..lir import ir
 from ..model.forest import Forest
 
 FeatureLoader = Callable[[ir.Expr], ir.Expr]
+
+
+@dataclass(frozen=True)
+class RowValues:
+    """The loader of one row's values in the kernel's row buffer ``rows`` (the row starts
+    at element ``offset``): called with a feature index, the value of that feature;
+    :meth:`window` reads many features at once (a representation that reads a row at a
+    vector of features asks for it where it is offered)."""
+
+    rows: ir.Buffer
+    offset: ir.Expr
+    n_features: int
+
+    def __call__(self, feature: ir.Expr) -> ir.Expr:
+        if feature.dtype != ir.I64:
+            feature = ir.Cast(feature, ir.I64)
+        return ir.Load(self.rows, ir.BinOp("add", self.offset, feature))
+
+    def window(self, features: ir.Expr) -> ir.Expr:
+        """The row's values at the vector of feature indices ``features``."""
+        return ir.Lookup(self.rows, self.offset, features, self.n_features)
 
 
 class Representation(ABC):

@@ -124,6 +124,8 @@ def render_module(kernel: ir.Kernel, *, openmp: bool = True,
         arg.name = p.name
         if isinstance(p, ir.Buffer):
             body.bind_buffer(p, arg)
+            if p.readonly:  # nothing writes the rows or the model while the kernel runs
+                arg.add_attribute("noalias")
         else:
             body.declare(p, arg)
     body.block(kernel.body)
@@ -271,54 +273,92 @@ class _FunctionBuilder:
         return self.b.extract(self.expr(e.a), e.lane)
 
     def _e_Lookup(self, e: ir.Lookup) -> ll.Value:
-        """A window of at most :data:`PERMUTE_SPAN` elements of 32 bits or fewer is
-        loaded whole (16 at a time) and permuted by the offsets where the target has
-        AVX-512 (a permute is one instruction, a gather one load per lane); other
-        lookups gather."""
+        """Where the target has AVX-512, a window of at most :data:`PERMUTE_SPAN` elements
+        of 32 bits or fewer (half as many of 64 bits) is loaded whole, a register at a
+        time (the last one masked, so nothing past the window is read), and permuted by
+        the offsets, a register of lanes at a time (a permute is one instruction, a
+        gather one load per lane); other lookups gather."""
         offset = self.expr(e.offset)
         lanes = offset.type.count  # type: ignore[attr-defined]
         bits = e.buffer.dtype.bits
+        width = 64 if bits == 64 else 32  # of the lanes permuted; narrower ones widen
+        per = 512 // width
         start = self.address(e.buffer, e.base)
-        if not (self.render.avx512 and lanes == 16 and e.span <= PERMUTE_SPAN
-                and bits <= 32):
+        if not (self.render.avx512 and lanes % per == 0
+                and e.span <= PERMUTE_SPAN * 32 // width):
             return self.gather(self.b.gep(start, [offset]), e.buffer)
-        i32 = ll.VectorType(_I32, 16)
-        if offset.type != i32:
-            offset = self.b.convert("trunc" if offset.type.element.width > 32  # type: ignore
-                                    else "sext", offset, i32)
-        windows = []
-        for k in range(0, max(e.span, 1), 16):
-            at = start if k == 0 else self.b.gep(start, [ll.Constant(_I64, k)])
-            window = self.b.load_vector(at, 16, invariant=e.buffer.readonly)
-            if bits != 32:  # narrow fields are permuted as 32-bit lanes
-                window = self.b.convert("sext", window, i32)
-            elif e.buffer.dtype.is_float:
-                window = self.b.convert("bitcast", window, i32)
-            windows.append(window)
-        permute = self.function("llvm.x86.avx512.permvar.si.512",
-                                ll.FunctionType(i32, [i32, i32]))
-        pair = self.function("llvm.x86.avx512.vpermi2var.d.512",
-                             ll.FunctionType(i32, [i32, i32, i32]))
-        if len(windows) == 1:
-            picked = [self.b.call(permute, [windows[0], offset], pure=True)]
-        else:  # each pair by the offset's low 5 bits, then by its higher bits
-            picked = [self.b.call(pair, [windows[k], offset, windows[k + 1]], pure=True)
-                      for k in range(0, len(windows), 2)]
-        bit = 32
-        while len(picked) > 1:
-            high = self.b.icmp_unsigned("!=", self.b.binary(
-                "and", offset, ll.splat(ll.Constant(_I32, bit), 16)),
-                ll.splat(ll.Constant(_I32, 0), 16))
-            picked = [self.b.select(high, picked[k + 1], picked[k])
-                      for k in range(0, len(picked), 2)]
-            bit *= 2
-        value = picked[0]
+        ity = ll.VectorType(ll.IntType(width), per)
+        windows = [self.window(e.buffer, start, k, min(per, e.span - k), ity)
+                   for k in range(0, max(e.span, 1), per)]
+        kind = "si" if width == 32 else "di"
+        permute = self.function(f"llvm.x86.avx512.permvar.{kind}.512",
+                                ll.FunctionType(ity, [ity, ity]))
+        pair = self.function(f"llvm.x86.avx512.vpermi2var.{'d' if width == 32 else 'q'}.512",
+                             ll.FunctionType(ity, [ity, ity, ity]))
+        chunks = []
+        for first in range(0, lanes, per):
+            part = offset if lanes == per else \
+                self.b.shuffle(offset, offset, range(first, first + per))
+            if part.type != ity:
+                part = self.b.convert("trunc" if part.type.element.width > width  # type: ignore
+                                      else "sext", part, ity)
+            if len(windows) == 1:
+                picked = [self.b.call(permute, [windows[0], part], pure=True)]
+            else:  # each pair by the offset's low bits, then by its higher bits
+                picked = [self.b.call(pair, [windows[k], part, windows[k + 1]], pure=True)
+                          for k in range(0, len(windows), 2)]
+            bit = 2 * per
+            while len(picked) > 1:
+                high = self.b.icmp_unsigned("!=", self.b.binary(
+                    "and", part, ll.splat(ll.Constant(ity.element, bit), per)),
+                    ll.splat(ll.Constant(ity.element, 0), per))
+                picked = [self.b.select(high, picked[k + 1], picked[k])
+                          for k in range(0, len(picked), 2)]
+                bit *= 2
+            chunks.append(picked[0])
+        while len(chunks) > 1:  # concatenated pairwise
+            n = chunks[0].type.count  # type: ignore[attr-defined]
+            chunks = [self.b.shuffle(chunks[k], chunks[k + 1], range(2 * n))
+                      for k in range(0, len(chunks), 2)]
+        value = chunks[0]
         element = llvm_type(e.buffer.dtype)
-        if bits != 32:
-            return self.b.convert("trunc", value, ll.VectorType(element, 16))
+        if bits != width:
+            return self.b.convert("trunc", value, ll.VectorType(element, lanes))
         if e.buffer.dtype.is_float:
-            return self.b.convert("bitcast", value, ll.VectorType(element, 16))
+            return self.b.convert("bitcast", value, ll.VectorType(element, lanes))
         return value
+
+    def window(self, buf: ir.Buffer, start: ll.Value, first: int, count: int,
+               ity: ll.VectorType) -> ll.Value:
+        """Elements ``first .. first + count`` of ``buf`` from ``start`` as the lanes of
+        ``ity`` (a lane past ``count`` is 0 and never read)."""
+        per = ity.count
+        at = start if first == 0 else self.b.gep(start, [ll.Constant(_I64, first)])
+        if count >= per:
+            window = self.b.load_vector(at, per, invariant=buf.readonly)
+        else:
+            vty = ll.VectorType(llvm_type(buf.dtype), per)
+            mask = ll.VectorType(ll.IntType(1), per)
+            fnty = ll.FunctionType(vty, [at.type, _I32, mask, vty])
+            name = f"llvm.masked.load.{_suffix(vty, buf.dtype)}.p0"
+            lanes = ", ".join(f"i1 {int(i < count)}" for i in range(per))
+            window = self.b.call(self.function(name, fnty), [
+                at, ll.Constant(_I32, _BYTES[buf.dtype]), ll.Value(mask, f"<{lanes}>"),
+                ll.Value(vty, "zeroinitializer")], pure=buf.readonly)
+        if buf.dtype.bits != ity.element.width:  # narrow fields widen to 32-bit lanes
+            return self.b.convert("sext", window, ity)
+        if buf.dtype.is_float:
+            return self.b.convert("bitcast", window, ity)
+        return window
+
+    def _e_LaneBits(self, e: ir.LaneBits) -> ll.Value:
+        a = self.expr(e.a)
+        lanes = a.type.count  # type: ignore[attr-defined]
+        if lanes > e.dtype.bits:
+            raise BackendError(f"{lanes} lanes do not fit the bits of a {e.dtype}")
+        packed = self.b.convert("bitcast", a, ll.IntType(lanes))
+        return packed if lanes == e.dtype.bits else \
+            self.b.convert("zext", packed, llvm_type(e.dtype))
 
     def _e_BinOp(self, e: ir.BinOp) -> ll.Value:
         a, b = self.lanewise(e.a, e.b)
@@ -399,6 +439,11 @@ class _FunctionBuilder:
 
     def _e_Math(self, e: ir.Math) -> ll.Value:
         a = self.expr(e.a)
+        if e.func == "cttz" and not e.dtype.is_float:
+            fnty = ll.FunctionType(a.type, [a.type, ll.IntType(1)])
+            name = f"llvm.cttz.{_suffix(a.type, e.dtype)}"
+            return self.b.call(self.function(name, fnty), [a, ll.Constant(ll.IntType(1), 0)],
+                               pure=True)
         if not e.dtype.is_float:
             raise BackendError(f"math function {e.func!r} on {e.dtype}: floats only")
         name = _MATH[e.func].format(t=_suffix(a.type, e.dtype)) \
@@ -595,11 +640,24 @@ def _emit_chunk(render: _Render, fn: ll.Function, loop: ir.For, free: FreeValues
     data = body.b.convert("bitcast", fn.args[0], data_type.as_pointer())
     fields = [body.b.load(body.b.gep(data, [ll.Constant(_I32, 0), ll.Constant(_I32, k)]))
               for k in range(len(data_type.elements))]
-    for var, value in zip([start, stop, step, *free.vars], fields):
+    # The chunks run in a function of their own, inlined, whose read-only buffers are
+    # noalias arguments (pointers loaded from the struct carry no such fact): stores
+    # to the results then neither reload the model nor keep a row's sum in memory.
+    inner = ll.Function(render.module, ll.FunctionType(_VOID, [f.type for f in fields]),
+                        render.module.get_unique_name(f"{fn.name}.chunks"))
+    inner.linkage = "internal"
+    inner.attributes.add("alwaysinline")
+    body.b.call(inner, fields)
+    body.finish()
+    body = _FunctionBuilder(body.render, inner)
+    args = list(inner.args)
+    for var, value in zip([start, stop, step, *free.vars], args):
         body.declare(var, value)
-    for buf, value in zip(free.buffers, fields[3 + len(free.vars):]):
+    for buf, value in zip(free.buffers, args[3 + len(free.vars):]):
         body.bind_buffer(buf, value)
-    body.bind_buffer(_COUNTER, fields[-1])
+        if buf.readonly:
+            value.add_attribute("noalias")
+    body.bind_buffer(_COUNTER, args[-1])
     body.declare(nt, body.omp_call("omp_get_num_threads", t))
     body.block(chunks)
     body.finish()

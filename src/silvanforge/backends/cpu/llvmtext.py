@@ -430,6 +430,13 @@ class IRBuilder:
         return self._pure(vector.type.element,  # type: ignore[attr-defined]
                           f"extractelement {vector.type.text} {vector.ref}, i32 {lane}")
 
+    def shuffle(self, a: Value, b: Value, lanes: Sequence[int]) -> Value:
+        """The vector of lanes ``lanes`` of ``a`` and ``b`` concatenated (constant)."""
+        vty = VectorType(a.type.element, len(lanes))  # type: ignore[attr-defined]
+        mask = ", ".join(f"i32 {i}" for i in lanes)
+        return self._pure(vty, f"shufflevector {a.type.text} {a.ref}, {b.type.text} "
+                               f"{b.ref}, <{len(lanes)} x i32> <{mask}>")
+
     def broadcast(self, value: Value, count: int) -> Value:
         """A vector of ``count`` copies of ``value`` (insert, then shuffle lane 0)."""
         vty = VectorType(value.type, count)
