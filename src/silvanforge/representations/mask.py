@@ -145,6 +145,23 @@ class MaskRepresentation(SparseRepresentation):
         return self.leaf_value(tree, handle, k, feature_value)
 
 
+def one_compare(forest: Forest, precision: str) -> bool:
+    """Whether ``forest`` fits the mask representation with every split test one vector
+    compare (the row's two copies): trees of at most 63 internal nodes, one numeric
+    operator, missing values NaN-or-none, at most 32 features (what ``compile`` makes
+    this representation's default for, on AVX-512 CPUs)."""
+    internal = np.add.reduceat((~forest.is_leaf).astype(np.int64), forest.tree_offsets[:-1])
+    if forest.n_trees == 0 or int(internal.max()) >= MAX_LANES:
+        return False
+    spec = decision.DecisionSpec.of(forest, precision)
+    width = _copy_width(forest, spec)
+    if not width:
+        return False
+    nodes = np.flatnonzero(~forest.is_leaf)
+    return _slots(forest, spec, nodes, decision.thresholds(forest, spec, nodes),
+                  width) is not None
+
+
 _COMPARE = {OP_LT: "lt", OP_LE: "le"}
 # The widest row the two copies serve (more would permute from too many registers).
 MAX_COPY_WIDTH = 32

@@ -152,5 +152,8 @@ def compile_gpu(model: Any, target: str, schedule: Any = None,
         _schedule(forest, schedule)
     layout = plan_layout(forest, tile_size, tiling, None)
     rep = _representation(forest, representation or layout.representation, code=False)
+    if rep == "mask":
+        raise InputError("representation 'mask' is CPU-only (its tests are packed with "
+                         "x86 vector instructions); use 'sparse' or 'array' on GPUs")
     return GPUPredictor(forest, target, chosen, rep, _precision(forest, precision),
                         layout.tile_size)

@@ -290,6 +290,8 @@ class _FunctionBuilder:
         ity = ll.VectorType(ll.IntType(width), per)
         windows = [self.window(e.buffer, start, k, min(per, e.span - k), ity)
                    for k in range(0, max(e.span, 1), per)]
+        while len(windows) & (len(windows) - 1):  # the select tree halves a power of 2
+            windows.append(windows[-1])  # never picked: every offset is below the span
         kind = "si" if width == 32 else "di"
         permute = self.function(f"llvm.x86.avx512.permvar.{kind}.512",
                                 ll.FunctionType(ity, [ity, ity]))
@@ -316,11 +318,15 @@ class _FunctionBuilder:
                           for k in range(0, len(picked), 2)]
                 bit *= 2
             chunks.append(picked[0])
-        while len(chunks) > 1:  # concatenated pairwise
+        while len(chunks) & (len(chunks) - 1):  # concatenated pairwise, then cut
+            chunks.append(chunks[-1])
+        while len(chunks) > 1:
             n = chunks[0].type.count  # type: ignore[attr-defined]
             chunks = [self.b.shuffle(chunks[k], chunks[k + 1], range(2 * n))
                       for k in range(0, len(chunks), 2)]
         value = chunks[0]
+        if value.type.count > lanes:  # type: ignore[attr-defined]
+            value = self.b.shuffle(value, value, range(lanes))
         element = llvm_type(e.buffer.dtype)
         if bits != width:
             return self.b.convert("trunc", value, ll.VectorType(element, lanes))
