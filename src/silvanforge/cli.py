@@ -139,7 +139,8 @@ def _compile_options(p: argparse.ArgumentParser) -> None:
                    "one_tree_at_a_time, tree_parallel, code_rows, ...), 'auto' (the tuning "
                    "cache) or a file of schedule text")
     p.add_argument("--representation", choices=sorted(REGISTRY),
-                   help="how the trees are laid out: tables (array, sparse, reorg) or code "
+                   help="how the trees are laid out: tables (array, sparse, reorg), code, "
+                   "or mask (a tree's splits tested at once as vectors; CPU only) "
                    "(default: chosen from the tree shapes, docs/ARCHITECTURE.md)")
     p.add_argument("--n-jobs", type=int, default=None,
                    help="threads for parallel loops (default: all CPUs)")

@@ -50,6 +50,8 @@ class Representation(ABC):
     """Model buffers plus the LIR for every tree operation a walk needs."""
 
     name: ClassVar[str]
+    # Whether walks need compile-time constant tree indices (trees emitted as code).
+    constant_trees: ClassVar[bool] = False
 
     def __init__(self, forest: Forest, precision: str = "float64") -> None:
         self.forest = forest

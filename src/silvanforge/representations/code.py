@@ -69,6 +69,7 @@ class CodeRepresentation(SparseRepresentation):
     """Trees as nested branches over the sparse layout's leaves."""
 
     name = "code"
+    constant_trees = True
 
     def __init__(self, forest: Forest, precision: str = "float64") -> None:
         super().__init__(forest, precision)

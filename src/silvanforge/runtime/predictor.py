@@ -471,8 +471,9 @@ def compile(model: Any, target: str = "cpu", schedule: Any = None,
 
     ``schedule``: None (the default CPU schedule), a named schedule ("default",
     "xgboost", "one_tree_at_a_time", "tree_parallel"), schedule text, or a Schedule.
-    ``representation``: "array", "sparse", "reorg" or "code" (trees as code; its
-    default schedule is "code_rows"). ``precision``: "float32" or
+    ``representation``: "array", "sparse", "reorg", "code" (trees as code; its
+    default schedule is "code_rows") or "mask" (a tree's splits tested at once as
+    vectors, CPU only; its default schedule is "xgboost"). ``precision``: "float32" or
     "float64" thresholds (default: the model's input precision, which keeps parity).
     ``n_jobs``: threads for parallel loops (default: the CPUs this process may use).
     ``schedule`` may also be a tuned ``silvanforge.tune.Configuration`` (keywords given

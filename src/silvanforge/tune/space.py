@@ -40,7 +40,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Any
 
-from ..representations import REGISTRY, Representation
+from ..representations import REGISTRY
 from ..representations.tiled import TILED
 from ..schedule.library import SMALL_TREE_TILE
 
@@ -90,12 +90,13 @@ def thread_counts(n_jobs: int) -> tuple[int, ...]:
 
 
 def emits_code(representation: str) -> bool:
-    """Whether a representation walks trees as code (and so needs constant tree indices).
+    """Whether a representation walks trees as code that needs constant tree indices
+    (``mask`` emits its walks too, but reads its tables at any tree index).
 
-    >>> emits_code("sparse")
-    False
+    >>> emits_code("sparse"), emits_code("code"), emits_code("mask")
+    (False, True, False)
     """
-    return REGISTRY[representation].walk_code is not Representation.walk_code
+    return REGISTRY[representation].constant_trees
 
 
 def option_axes(order: str | None = None) -> tuple[Axis, ...]:
