@@ -56,8 +56,7 @@ class MaskRepresentation(SparseRepresentation):
 
     def __init__(self, forest: Forest, precision: str = "float64") -> None:
         super().__init__(forest, precision)
-        internal = np.add.reduceat((~forest.is_leaf).astype(np.int64),
-                                   forest.tree_offsets[:-1])
+        internal = _splits(forest)
         largest = int(internal.max(initial=0))
         if largest >= MAX_LANES:
             t = int(np.argmax(internal))
@@ -150,8 +149,7 @@ def one_compare(forest: Forest, precision: str) -> bool:
     compare (the row's two copies): trees of at most 63 internal nodes, one numeric
     operator, missing values NaN-or-none, at most 32 features (what ``compile`` makes
     this representation's default for, on AVX-512 CPUs)."""
-    internal = np.add.reduceat((~forest.is_leaf).astype(np.int64), forest.tree_offsets[:-1])
-    if forest.n_trees == 0 or int(internal.max()) >= MAX_LANES:
+    if forest.n_trees == 0 or int(_splits(forest).max()) >= MAX_LANES:
         return False
     spec = decision.DecisionSpec.of(forest, precision)
     width = _copy_width(forest, spec)
@@ -160,6 +158,11 @@ def one_compare(forest: Forest, precision: str) -> bool:
     nodes = np.flatnonzero(~forest.is_leaf)
     return _slots(forest, spec, nodes, decision.thresholds(forest, spec, nodes),
                   width) is not None
+
+
+def _splits(forest: Forest) -> np.ndarray:
+    """The number of internal nodes of each tree."""
+    return np.add.reduceat((~forest.is_leaf).astype(np.int64), forest.tree_offsets[:-1])
 
 
 _COMPARE = {OP_LT: "lt", OP_LE: "le"}
@@ -199,7 +202,8 @@ def _tree_lanes(forest: Forest, lanes: int
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Per tree, ``lanes`` entries each: (global node of each internal lane, -1 for
     padding; each leaf lane's path bits; its turn bits; its global leaf node, -1 for
-    padding). Internal nodes take lanes in the order of their global index, leaves too."""
+    padding). Internal nodes take lanes in the order of their global index, leaves in
+    depth-first order, left subtrees first."""
     n = forest.n_trees * lanes
     nodes = np.full(n, -1, dtype=np.int64)
     leaf = np.full(n, -1, dtype=np.int64)
