@@ -20,7 +20,7 @@ from silvanforge.model.forest import (MISSING_NAN, MISSING_NONE, MISSING_ZERO, O
 from silvanforge.representations.mask import MaskRepresentation, one_compare
 from silvanforge.runtime.predictor import _representation
 
-from test_representations import CATEGORIES, VALUES, random_rows
+from test_representations import random_rows, tree_of_shape
 
 SCHEDULES = ["xgboost",                                   # a tree over a block of rows
              "tile(batch, b0, b1, 16)\nparallel(b0)",     # a row through every tree
@@ -39,22 +39,8 @@ def grown_tree(rng, splits: int, n_features: int, ops, rules, width: int = 1,
         left[i], right[i] = len(left), len(left) + 1
         left += [-1, -1]
         right += [-1, -1]
-    n = len(left)
-    op = rng.choice(ops, n)
-    threshold = np.where(rng.random(n) < 0.7, rng.choice(VALUES, n), rng.normal(0, 3, n))
-    threshold[rng.random(n) < 0.03] = -np.inf
-    categories = {i: rng.choice(CATEGORIES, int(rng.integers(0, 5)), replace=False).tolist()
-                  for i in range(n) if op[i] == OP_CAT and left[i] >= 0}
-    lin = None
-    if linear:
-        lin = {i: (float(rng.normal()), rng.integers(0, n_features, k).tolist(),
-                   rng.normal(size=k).tolist())
-               for i in range(n) if left[i] < 0 and (k := int(rng.integers(0, 4)))}
-    return Tree(left=left, right=right, feature=rng.integers(0, n_features, n),
-                threshold=threshold, leaf_value=rng.normal(size=(n, width)),
-                default_left=rng.random(n) < 0.5, split_op=np.where(op == OP_CAT, OP_LT, op),
-                missing=rng.choice(rules, n), categories=categories, linear=lin,
-                output=output)
+    return tree_of_shape(rng, left, right, n_features, ops, rules, width, linear, output,
+                         minus_inf=0.03)
 
 
 def grown_forest(rng, max_splits: int, n_features: int, ops, rules, n_outputs: int = 1,

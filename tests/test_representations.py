@@ -112,9 +112,19 @@ def random_tree(rng: np.random.Generator, n_features: int, ops: list[int],
         left += [-1, -1]
         right += [-1, -1]
         depth += [depth[i] + 1] * 2
+    return tree_of_shape(rng, left, right, n_features, ops, rules, width, linear, output)
+
+
+def tree_of_shape(rng: np.random.Generator, left: list[int], right: list[int],
+                  n_features: int, ops: list[int], rules: list[int], width: int,
+                  linear: bool, output: int, minus_inf: float = 0.0) -> Tree:
+    """Random splits and leaves for the tree shape ``left``/``right``; a ``minus_inf``
+    fraction of the thresholds is -inf."""
     n = len(left)
     op = rng.choice(ops, n)
     threshold = np.where(rng.random(n) < 0.7, rng.choice(VALUES, n), rng.normal(0, 3, n))
+    if minus_inf:  # else the random stream stays that of the trees before it
+        threshold[rng.random(n) < minus_inf] = -np.inf
     categories = {i: rng.choice(CATEGORIES, int(rng.integers(0, 5)), replace=False).tolist()
                   for i in range(n) if op[i] == OP_CAT and left[i] >= 0}
     lin = None
