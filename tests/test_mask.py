@@ -31,8 +31,9 @@ AVX2 = Target("x86_64-unknown-linux-gnu", "haswell", "-avx512f,+avx2")
 
 
 def grown_tree(rng, splits: int, n_features: int, ops, rules, width: int = 1,
-               linear: bool = False, output: int = 0) -> Tree:
-    """A tree of exactly ``splits`` internal nodes, each splitting a random leaf."""
+               linear: bool = False, output: int = 0, **shape) -> Tree:
+    """A tree of exactly ``splits`` internal nodes, each splitting a random leaf
+    (``shape``: more of tree_of_shape's keywords)."""
     left, right = [-1], [-1]
     for _ in range(splits):
         i = int(rng.choice([j for j in range(len(left)) if left[j] < 0]))
@@ -40,18 +41,19 @@ def grown_tree(rng, splits: int, n_features: int, ops, rules, width: int = 1,
         left += [-1, -1]
         right += [-1, -1]
     return tree_of_shape(rng, left, right, n_features, ops, rules, width, linear, output,
-                         minus_inf=0.03)
+                         **{"minus_inf": 0.03, **shape})
 
 
 def grown_forest(rng, max_splits: int, n_features: int, ops, rules, n_outputs: int = 1,
-                 leaves: str = "constant", dtype=np.float64):
+                 leaves: str = "constant", dtype=np.float64, categories=None, **model):
     width = n_outputs if leaves == "vector" else 1
+    shape = {} if categories is None else {"categories": categories}
     trees = [grown_tree(rng, int(rng.integers(0, max_splits + 1)), n_features, ops, rules,
                         width, leaves == "linear",
-                        0 if width > 1 else int(rng.integers(0, n_outputs)))
+                        0 if width > 1 else int(rng.integers(0, n_outputs)), **shape)
              for _ in range(int(rng.integers(1, 5)))]
     return build_forest(trees, n_features=n_features, n_outputs=n_outputs,
-                        linear_leaves=leaves == "linear", input_dtype=dtype)
+                        linear_leaves=leaves == "linear", input_dtype=dtype, **model)
 
 
 @settings(max_examples=60, deadline=None)
@@ -99,6 +101,114 @@ def test_which_forests_are_tested_with_one_compare(ops, rules, n_features, copie
                                       reference.predict(forest, rows, output="margin"))
 
 
+# Category sets that fit coded masks (below the two reserved top bits), per precision.
+CODED = {np.float64: np.array([0, 1, 2, 5, 31, 32, 40, 61]),
+         np.float32: np.array([0, 1, 2, 5, 16, 29])}
+# Row values around the reserved bits and the category rules' edges.
+CATEGORY_INPUTS = np.array([0, 1, 5, 29, 30, 31, 32, 61, 62, 63, 64, -0.7, -1.0, -0.0,
+                            1e-36, 2.5, np.nan, np.inf, -np.inf])
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n_rows=st.integers(1, 150),
+       # Up to three copies of 16 lanes: within MAX_COPIES whatever the rules.
+       max_splits=st.integers(0, 63), n_features=st.integers(1, 16),
+       schedule=st.sampled_from(SCHEDULES + ["cached"]), float32=st.booleans(),
+       op=st.sampled_from([OP_LT, OP_LE]), numeric=st.booleans(),
+       rules=st.lists(st.sampled_from([MISSING_NAN, MISSING_NONE]), min_size=1, max_size=2,
+                      unique=True),
+       apart=st.booleans(), category_rule=st.sampled_from(["truncate", "nonnegative", "exact"]),
+       negative=st.sampled_from(["not_in_set", "missing"]))
+def test_categorical_lanes_test_coded_operands(seed, n_rows, max_splits, n_features,
+                                               schedule, float32, op, numeric, rules, apart,
+                                               category_rule, negative):
+    # Categorical splits of small sets take the copy path too: a coded operand (a bit a
+    # category, one for NaN, one for negative values) tested with an `and`, from the
+    # first copy (features only split by category) or a copy of their own (features
+    # split both ways).
+    rng = np.random.default_rng(seed)
+    dtype = np.float32 if float32 else np.float64
+    forest = grown_forest(rng, max_splits, n_features, [op, OP_CAT] if numeric else [OP_CAT],
+                          rules, dtype=dtype, categories=CODED[dtype],
+                          category_rule=category_rule, negative_category=negative)
+    if apart and n_features > 1:  # categorical splits on the last feature only
+        cat = forest.split_op == OP_CAT
+        forest = forest.replace(feature=np.where(
+            cat, n_features - 1, np.minimum(forest.feature, n_features - 2)))
+    # (x < -inf sending NaN left takes the general test: see the test after the next.)
+    forest = forest.replace(threshold=np.where(np.isinf(forest.threshold), 0.5,
+                                               forest.threshold))
+    rows = random_rows(forest, seed, n_rows)
+    some = np.random.default_rng(seed).random(rows.shape) < 0.4
+    rows[some] = np.random.default_rng(seed + 1).choice(CATEGORY_INPUTS, some.sum())
+    rows = rows.astype(dtype)
+    rep = MaskRepresentation(forest, "float32" if float32 else "float64")
+    assert rep.copy_width > 0
+    predictor = silvanforge.compile(
+        forest, representation="mask", precision="float32" if float32 else "float64",
+        schedule=None if schedule == "cached" else schedule)
+    np.testing.assert_array_equal(predictor.predict(rows, output="margin"),
+                                  reference.predict(forest, rows, output="margin"))
+
+
+def forest_of(ops, rules, default_left=None, features=None, categories=(1, 3, 5, 20),
+              **model):
+    """Two trees of 7 splits on 3 features, its splits' rules, directions and features
+    as given (else random)."""
+    rng = np.random.default_rng(7)
+    forest = build_forest([grown_tree(rng, 7, 3, ops, rules,
+                                      categories=np.array(categories)) for _ in range(2)],
+                          n_features=3, n_outputs=1, **model)
+    forest = forest.replace(threshold=np.where(np.isinf(forest.threshold), 0.5,
+                                               forest.threshold))
+    if default_left is not None:
+        forest = forest.replace(default_left=np.full(forest.n_nodes, default_left))
+    if features is not None:
+        forest = forest.replace(feature=np.where(forest.split_op == OP_CAT, features[1],
+                                                 features[0]))
+    return forest
+
+
+@pytest.mark.parametrize("forest, regions", [
+    (forest_of([OP_LE], [MISSING_NONE]), ("zero",)),  # LightGBM without NaNs in training
+    (forest_of([OP_LT], [MISSING_NAN], default_left=True), ("low",)),
+    (forest_of([OP_LT], [MISSING_NAN], default_left=False), ("nan",)),
+    (forest_of([OP_LT], [MISSING_NAN]), ("low", "nan")),  # XGBoost
+    (forest_of([OP_LE, OP_CAT], [MISSING_NONE], features=(0, 2)), ("zero",)),
+    (forest_of([OP_LE, OP_CAT], [MISSING_NONE], features=(1, 1)), ("zero", "coded")),
+    (forest_of([OP_CAT], [MISSING_NAN, MISSING_NONE]), ("coded",)),
+    (forest_of([OP_LE, OP_CAT], [MISSING_ZERO]), ()),             # zero is missing
+    (forest_of([OP_CAT], [MISSING_NAN], categories=(5, 62, 63, 100)), ()),  # reserved bits
+])
+def test_which_copies_a_row_is_read_from(forest, regions):
+    for precision in ("float64", "float32"):
+        assert MaskRepresentation(forest, precision).regions == regions
+        assert one_compare(forest, precision) == bool(regions)
+    rep = MaskRepresentation(forest)
+    # The first copy holds coded operands where some feature is split only by category.
+    assert ("model_mask_categorical" in rep.buffers) == (
+        OP_CAT in forest.split_op and bool(regions) and "coded" not in regions)
+    rows = np.vstack([random_rows(forest, 8, 200), np.tile(CATEGORY_INPUTS[:, None], 3)])
+    predictor = silvanforge.compile(forest, representation="mask")
+    np.testing.assert_array_equal(predictor.predict(rows, output="margin"),
+                                  reference.predict(forest, rows, output="margin"))
+
+
+def test_a_cached_block_prepares_each_row_once():
+    forest = forest_of([OP_LE, OP_CAT], [MISSING_NAN, MISSING_NONE])
+    rows = random_rows(forest, 9, 300)
+    cached = silvanforge.compile(forest, representation="mask")  # named("xgboost", cache)
+    plain = silvanforge.compile(forest, representation="mask", schedule="xgboost")
+    lir = cached.dump("lir")
+    # One loop over the block's rows fills the local array the walks read.
+    assert "prepared" in lir and "prepared" not in plain.dump("lir")
+    expected = reference.predict(forest, rows, output="margin")
+    for predictor in (cached, plain):
+        for n in (1, 63, 64, 65, 300):
+            np.testing.assert_array_equal(predictor.predict(rows[:n], output="margin"),
+                                          expected[:n])
+
+
 def test_a_nan_sent_left_past_minus_infinity_takes_the_general_test():
     # x < -inf holds for no value, yet a NaN goes left: the copy of the row with NaNs
     # read as -inf would send it right, so this forest is tested lane-wise.
@@ -138,17 +248,23 @@ def test_a_tree_of_64_splits_is_refused_by_name():
     assert not one_compare(forest, "float64")
 
 
-def test_masks_are_the_default_for_small_skewed_numeric_trees_on_avx512():
+def test_masks_are_the_default_for_small_skewed_trees_on_avx512():
     rng = np.random.default_rng(4)
     # Chains of 30 splits: an array layout would pad each to 2^31 slots.
     numeric = build_forest([grown_tree(rng, 30, 5, [OP_LE], [MISSING_NAN, MISSING_NONE])
                             for _ in range(3)], n_features=5, n_outputs=1)
-    categorical = build_forest([grown_tree(rng, 30, 5, [OP_LE, OP_CAT], [MISSING_NAN])
-                                for _ in range(3)], n_features=5, n_outputs=1)
+    categorical = build_forest([grown_tree(rng, 30, 5, [OP_LE, OP_CAT], [MISSING_NAN],
+                                           categories=CODED[np.float64]) for _ in range(3)],
+                               n_features=5, n_outputs=1)
+    # Categories past the coded masks' bits: a set test lane by lane, slower than code.
+    large_sets = build_forest([grown_tree(rng, 30, 5, [OP_LE, OP_CAT], [MISSING_NAN],
+                                          categories=np.array([3, 62, 70, 100]))
+                               for _ in range(3)], n_features=5, n_outputs=1)
     if _representation(numeric, None, precision="float64", target=AVX512) != "mask":
         pytest.skip("these random trees happen to fit the array layout's padding bound")
     assert _representation(numeric, None, precision="float64", target=AVX2) == "code"
-    assert _representation(categorical, None, precision="float64", target=AVX512) == "code"
+    assert _representation(categorical, None, precision="float64", target=AVX512) == "mask"
+    assert _representation(large_sets, None, precision="float64", target=AVX512) == "code"
     # GPU targets never get it, and refuse it when named.
     assert _representation(numeric, None, code=False, target=AVX512) == "sparse"
     with pytest.raises(InputError, match="CPU-only"):
@@ -167,6 +283,30 @@ def test_the_default_compile_of_a_lightgbm_model_with_missing_values():
         assert predictor.options.representation == "mask"
     forest = silvanforge.load(booster)
     test = np.vstack([X[:300], np.full((1, 5), np.nan), np.zeros((1, 5))])
+    np.testing.assert_array_equal(predictor.predict(test, output="margin"),
+                                  reference.predict(forest, test, output="margin"))
+    np.testing.assert_allclose(predictor.predict(test), booster.predict(test),
+                               rtol=1e-12, atol=1e-12)
+
+
+def test_the_default_compile_of_a_lightgbm_model_with_categorical_features():
+    lgb = pytest.importorskip("lightgbm", reason="lightgbm is not installed")
+    rng = np.random.default_rng(6)
+    X = rng.normal(size=(3000, 6))
+    X[:, 4:] = rng.integers(0, 25, size=(3000, 2))
+    y = X[:, 0] + (X[:, 4] % 3) - (X[:, 5] % 4 == 1) + np.sin(X[:, 1])
+    X[rng.random(X.shape) < 0.05] = np.nan
+    booster = lgb.train({"num_leaves": 31, "verbose": -1, "min_data_per_group": 5,
+                         "cat_smooth": 1}, lgb.Dataset(X, y, categorical_feature=[4, 5]), 20)
+    forest = silvanforge.load(booster)
+    assert OP_CAT in forest.split_op
+    predictor = silvanforge.compile(booster, n_jobs=1)
+    if "avx512f" in Target.host().enabled():
+        assert predictor.options.representation == "mask"
+    # Unseen, negative, fractional, huge and missing categories.
+    odd = np.tile(X[:1], (6, 1))
+    odd[:, 4] = [30, -1, 2.5, 1e9, np.nan, 61]
+    test = np.vstack([X[:300], odd])
     np.testing.assert_array_equal(predictor.predict(test, output="margin"),
                                   reference.predict(forest, test, output="margin"))
     np.testing.assert_allclose(predictor.predict(test), booster.predict(test),

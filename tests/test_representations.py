@@ -117,16 +117,17 @@ def random_tree(rng: np.random.Generator, n_features: int, ops: list[int],
 
 def tree_of_shape(rng: np.random.Generator, left: list[int], right: list[int],
                   n_features: int, ops: list[int], rules: list[int], width: int,
-                  linear: bool, output: int, minus_inf: float = 0.0) -> Tree:
+                  linear: bool, output: int, minus_inf: float = 0.0,
+                  categories: np.ndarray = CATEGORIES) -> Tree:
     """Random splits and leaves for the tree shape ``left``/``right``; a ``minus_inf``
-    fraction of the thresholds is -inf."""
+    fraction of the thresholds is -inf; category sets drawn from ``categories``."""
     n = len(left)
     op = rng.choice(ops, n)
     threshold = np.where(rng.random(n) < 0.7, rng.choice(VALUES, n), rng.normal(0, 3, n))
     if minus_inf:  # else the random stream stays that of the trees before it
         threshold[rng.random(n) < minus_inf] = -np.inf
-    categories = {i: rng.choice(CATEGORIES, int(rng.integers(0, 5)), replace=False).tolist()
-                  for i in range(n) if op[i] == OP_CAT and left[i] >= 0}
+    sets = {i: rng.choice(categories, int(rng.integers(0, 5)), replace=False).tolist()
+            for i in range(n) if op[i] == OP_CAT and left[i] >= 0}
     lin = None
     if linear:
         lin = {i: (float(rng.normal()), rng.integers(0, n_features, k).tolist(),
@@ -135,7 +136,7 @@ def tree_of_shape(rng: np.random.Generator, left: list[int], right: list[int],
     return Tree(left=left, right=right, feature=rng.integers(0, n_features, n),
                 threshold=threshold, leaf_value=rng.normal(size=(n, width)),
                 default_left=rng.random(n) < 0.5, split_op=np.where(op == OP_CAT, OP_LT, op),
-                missing=rng.choice(rules, n), categories=categories, linear=lin,
+                missing=rng.choice(rules, n), categories=sets, linear=lin,
                 output=output)
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import numpy as np
@@ -82,6 +82,9 @@ class _Lowering:
     # The rows the enclosing batch loop copied transposed (cache_rows with lanes):
     # (local array, first row).
     transposed: tuple[ir.Buffer, ir.Expr] | None = None
+    # The rows the enclosing batch loop prepared for the representation's walks (see
+    # prepare_rows): (local array, first row, elements a row).
+    prepared: tuple[ir.Buffer, ir.Expr, int] | None = None
 
     # ---- expressions --------------------------------------------------------------------
     def affine(self, a: mir.Affine) -> ir.Expr:
@@ -130,10 +133,14 @@ class _Lowering:
     def body(self, ops) -> list[ir.Stmt]:
         out: list[ir.Stmt] = []
         outer, self.row_caches = self.row_caches, {}  # declared here serve this block
-        transposed = self.transposed
+        transposed, prepared = self.transposed, self.prepared
+        row_caches = [op for op in ops if isinstance(op, mir.CacheRows) and not op.lanes]
         for op in ops:
-            out.extend(self.op(op))
-        self.row_caches, self.transposed = outer, transposed
+            if len(row_caches) == 1 and op is row_caches[0]:
+                out.extend(self.prepare_rows(op))
+            else:
+                out.extend(self.op(op))
+        self.row_caches, self.transposed, self.prepared = outer, transposed, prepared
         return out
 
     def op(self, op) -> list[ir.Stmt]:
@@ -167,6 +174,26 @@ class _Lowering:
             return [ir.For(r, self.bound(op.lower), self.bound(op.upper), ir.i64(1),
                            [ir.Prefetch(self.rows, start)])]
         raise TypeError(f"no LIR lowering for MIR op {type(op).__name__}")
+
+    def prepare_rows(self, op: "mir.CacheRows") -> list[ir.Stmt]:
+        """A cached block's rows in the form the representation's walks read
+        (:meth:`~.Representation.prepared_row`), each prepared once for all the walks
+        of the block; where there is no such form, or the block's size is not known,
+        or its copy would take more than :data:`MAX_ROW_COPY_BYTES` of the stack, the
+        rows are prefetched."""
+        form = self.rep.prepared_row()
+        if form is None or not op.rows \
+                or op.rows * form[0] * (form[1].bits // 8) > MAX_ROW_COPY_BYTES:
+            return self.op(op)
+        size, dtype = form
+        buf = ir.Buffer(self.fresh("prepared"), dtype, op.rows * size)
+        first = self.bound(op.lower)
+        r = ir.Var(self.fresh("r"), ir.I64)
+        self.prepared = (buf, first, size)
+        return [ir.LocalArray(buf), ir.For(
+            r, ir.i64(0), ir.BinOp("sub", self.bound(op.upper), first), ir.i64(1),
+            self.rep.prepare_row(self.feature_loader(ir.BinOp("add", first, r)), buf,
+                                 ir.BinOp("mul", r, ir.i64(size))))]
 
     def transpose_rows(self, op: "mir.CacheRows") -> list[ir.Stmt]:
         """Copy the block's rows into a local array, feature-major within each group of
@@ -380,8 +407,12 @@ class _Lowering:
                 offset = shared[0]
             else:
                 offset = ir.Var(self.fresh("row_offset"), ir.I64)
-            walk = self.rep.walk_code(tree, node, self.row_loader(offset),
-                                      None if shared is None else shared[1])
+            loader = self.row_loader(offset)
+            if self.prepared is not None:
+                buf, first, size = self.prepared
+                loader = replace(loader, prepared=(buf, ir.BinOp(
+                    "mul", ir.BinOp("sub", row, first), ir.i64(size))))
+            walk = self.rep.walk_code(tree, node, loader, None if shared is None else shared[1])
             assert walk is not None, "a representation emitting code emits every tree"
             walks.append(ir.Declare(node, ir.i64(0)))
             walks += walk if shared is not None else [ir.Declare(offset, at_row),

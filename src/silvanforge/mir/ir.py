@@ -223,7 +223,7 @@ class CacheRows:
     lower: Bound
     upper: Bound
     lanes: int = 0  # > 0: copied transposed for vector walks of that many lanes
-    rows: int = 0   # then: the most rows the range holds
+    rows: int = 0   # the most rows the range holds (0: not known at compile time)
 
 
 @dataclass(frozen=True)

@@ -144,7 +144,7 @@ class _Builder:
                     default=0)
         if lanes:  # one copy of the block's consecutive rows
             return [CacheRows(ranges[0][0], ranges[-1][1], lanes, len(ranges))]
-        return [CacheRows(lo, hi) for lo, hi in ranges]
+        return [CacheRows(lo, hi, rows=_most_rows(lo, hi)) for lo, hi in ranges]
 
     def end(self, kind: str) -> Affine:
         return Affine.var(N) if kind == BATCH else Affine.of(self.n_trees)
@@ -156,6 +156,14 @@ def _ops(body: list[Op]):
         yield op
         if isinstance(op, Loop):
             yield from _ops(list(op.body))
+
+
+def _most_rows(lo: Bound, hi: Bound) -> int:
+    """The most indices ``[lo, hi)`` holds when a bound of ``hi`` lies a constant past
+    ``lo`` (a block of a tiled loop: ``[b0, min(b0 + 64, N))``), else 0 (unknown)."""
+    a = lo.single
+    spans = [(t - a).const for t in hi.terms if a is not None and (t - a).is_const]
+    return max(0, min(spans)) if spans else 0
 
 
 def _extent(lo: Bound, hi: Bound) -> int | None:

@@ -35,6 +35,9 @@ class RowValues:
     rows: ir.Buffer
     offset: ir.Expr
     n_features: int
+    # Where the representation's prepared form of this row starts (see
+    # Representation.prepare_row), when the kernel prepared it: (local array, offset).
+    prepared: tuple[ir.Buffer, ir.Expr] | None = None
 
     def __call__(self, feature: ir.Expr) -> ir.Expr:
         if feature.dtype != ir.I64:
@@ -52,6 +55,9 @@ class Representation(ABC):
     name: ClassVar[str]
     # Whether walks need compile-time constant tree indices (trees emitted as code).
     constant_trees: ClassVar[bool] = False
+    # Whether walks may read a prepared form of their row (see prepared_row): schedules
+    # running a tree over a block of rows then cache the block (``cache`` directive).
+    prepares_rows: ClassVar[bool] = False
 
     def __init__(self, forest: Forest, precision: str = "float64") -> None:
         self.forest = forest
@@ -119,6 +125,20 @@ class Representation(ABC):
         """The declarations of what walks given the cache ``row`` use (see
         :meth:`walk_code`)."""
         return []
+
+    def prepared_row(self) -> tuple[int, ir.DType] | None:
+        """(elements, their type) of the form of a row that :meth:`walk_code` reads,
+        when it reads one prepared from the row (the mask's copies): a kernel that
+        caches a block of rows (``cache`` on a batch loop) prepares each row of it once
+        (:meth:`prepare_row`), not once per tree, and hands the walks its place in
+        :attr:`RowValues.prepared`. None (the default): walks read the row itself."""
+        return None
+
+    def prepare_row(self, feature_value: FeatureLoader, out: ir.Buffer,
+                    at: ir.Expr) -> list[ir.Stmt]:
+        """Statements storing the prepared form of the row ``feature_value`` reads at
+        ``out[at:]`` (see :meth:`prepared_row`)."""
+        raise NotImplementedError(f"representation {self.name!r} prepares no rows")
 
     def code_leaf_value(self, tree: ir.Expr, node: ir.Expr, k: int,
                         feature_value: FeatureLoader) -> ir.Expr:

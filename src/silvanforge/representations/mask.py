@@ -12,9 +12,10 @@ al., SIGIR 2015, done with vector compares):
    or gathered), compared with the node thresholds as a vector (:func:`decision.go_left`
    itself, lane-wise: operators, missing rules, default directions and category masks
    per node, so the tests are the table layouts' by construction);
-2. the outcomes become the bits of an integer (bit ``i``: node ``i`` sends the row left);
+2. the outcomes become the bits of an integer (bit ``i``: node ``i`` sends the row
+   right, the form in which AVX-512 fuses a test into the compare before it);
 3. leaf ``j`` is reached when the bits of the nodes on its path (``path[j]``) are its
-   turns there (``turn[j]``, the bit set where the path goes left): one vector ``and``
+   turns there (``turn[j]``, the bit set where the path goes right): one vector ``and``
    and compare over the leaves, exactly one lane matches, and its index is a count of
    trailing zeros.
 
@@ -35,11 +36,13 @@ interface and the leaves (linear and vector leaves included).
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
-from ..errors import UnsupportedModelError
+from ..errors import ScheduleError, UnsupportedModelError
 from ..lir import ir
-from ..model.forest import MISSING_NAN, MISSING_NONE, OP_LE, OP_LT, Forest
+from ..model.forest import MISSING_NAN, MISSING_NONE, OP_CAT, OP_LE, OP_LT, Forest
 from . import decision
 from .base import FeatureLoader, register
 from .sparse import SparseRepresentation
@@ -53,6 +56,7 @@ class MaskRepresentation(SparseRepresentation):
     """Trees as vectors of splits and leaf paths over the sparse layout's leaves."""
 
     name = "mask"
+    prepares_rows = True
 
     def __init__(self, forest: Forest, precision: str = "float64") -> None:
         super().__init__(forest, precision)
@@ -71,23 +75,24 @@ class MaskRepresentation(SparseRepresentation):
         handle[leaf_nodes[::-1]] = self.n_internal_slots + np.arange(len(leaf_nodes))[::-1]
         # As the signed integers of the bits' type: LIR constants are two's complement.
         unsigned, signed = (np.uint64, np.int64) if self.lanes == 64 else (np.uint32, np.int32)
-        fields = decision.node_arrays(forest, self.spec, nodes, leaf_bit=False)
-        fields.pop("cat_bitset", None)  # the sparse layout's serves both
+        # Numeric splits of one operator whose missing values go one way per node, and
+        # categorical splits of small sets: each lane reads its value from a copy of the
+        # row prepared for it (see _copy_plan), so a numeric test is one compare and a
+        # categorical one an `and` (the general test spends a NaN test, a select and a
+        # blend more, and a category's shift lane by lane).
+        plan = _copy_plan(forest, self.spec, nodes)
+        self.copy_width, self.regions = (plan[0], plan[1]) if plan else (0, ())
+        if plan is None:
+            fields = decision.node_arrays(forest, self.spec, nodes, leaf_bit=False)
+            fields.pop("cat_bitset", None)  # the sparse layout's serves both
+        else:
+            fields = plan[2]
+            if plan[3] is not None:
+                self._add({"mask_categorical": plan[3]})
         fields.update(
             path=path.astype(unsigned).view(signed), turn=turn.astype(unsigned).view(signed),
             leaf=np.where(leaf >= 0, handle[np.maximum(leaf, 0)],
                           self.n_internal_slots).astype(np.int32))
-        # Numeric splits of one operator whose missing values go one way per node: the
-        # row is read from two copies, its NaNs filled with -inf in the first (which
-        # then passes the test) and kept in the second (which then fails it); each
-        # node lane reads the copy its missing values' direction picks, so the test is
-        # one compare (the general test spends a NaN test, a select and a blend more).
-        width = _copy_width(forest, self.spec)
-        slots = _slots(forest, self.spec, nodes, fields["threshold"], width) \
-            if width else None
-        self.copy_width = width if slots is not None else 0
-        if slots is not None:
-            fields["slot"] = slots
         trees = (np.arange(forest.n_trees + 1, dtype=np.int64) * self.lanes,
                  forest.n_trees * self.lanes)
         self._add({"mask_" + name: array for name, array in fields.items()}, trees)
@@ -105,10 +110,8 @@ class MaskRepresentation(SparseRepresentation):
             return ir.VectorLoad(self._buffer("mask_" + field), at, lanes)
 
         code: list[ir.Stmt] = []
-        window = getattr(feature_value, "window", None)
-        if self.copy_width and window is not None:
-            left = self._copies_test(code, node.name, window, read("slot"),
-                                     read("threshold"))
+        if self.copy_width:
+            right = self._copies_test(code, node.name, feature_value, read)
         else:
             loads = decision.NodeLoads(
                 feature=read("feature"), threshold=read("threshold"),
@@ -116,27 +119,64 @@ class MaskRepresentation(SparseRepresentation):
                 cat_offset=read("cat_offset") if self._has("mask_cat_offset") else None,
                 cat_words=read("cat_words") if self._has("mask_cat_words") else None,
                 cat_bitset=self._buffer("cat_bitset") if self._has("cat_bitset") else None)
-            left = decision.go_left(self.spec, loads, window or feature_value)
+            right = ir.Not(decision.go_left(self.spec, loads,
+                                            getattr(feature_value, "window", feature_value)))
         bits = ir.Var(node.name + "_bits", bits_type)
         reached = ir.Cmp("eq", ir.BinOp("and", bits, read("path")), read("turn"))
         leaf = ir.Math("cttz", ir.LaneBits(reached, bits_type))
-        return code + [ir.Declare(bits, ir.LaneBits(left, bits_type)),
+        return code + [ir.Declare(bits, ir.LaneBits(right, bits_type)),
                        ir.Assign(node, ir.BinOp("add", at, ir.Cast(leaf, ir.I64)))]
 
-    def _copies_test(self, code: list[ir.Stmt], stem: str, window, slots: ir.Expr,
-                     thresholds: ir.Expr) -> ir.Expr:
-        """The nodes' outcomes read from the row's two copies (see ``copy_width``)."""
+    def prepared_row(self) -> tuple[int, ir.DType] | None:
+        """The row's copies (see :func:`_copy_plan`), where lanes test one."""
+        return (len(self.regions) * self.copy_width, self.spec.compare) \
+            if self.copy_width else None
+
+    def prepare_row(self, feature_value: FeatureLoader, out: ir.Buffer,
+                    at: ir.Expr) -> list[ir.Stmt]:
         F, width = self.spec.compare, self.copy_width
+        window = getattr(feature_value, "window", None)
+        if window is None:
+            raise ScheduleError(f"the {self.name!r} representation reads rows a vector "
+                                "at a time: its walks need the kernel's row values")
         row = window(ir.Iota(width))
         if row.dtype != F:
             row = ir.Cast(row, F)
-        copies = ir.Buffer(stem + "_row", F, size=2 * width)
-        code += [ir.LocalArray(copies),
-                 ir.Store(copies, ir.i64(0),
-                          ir.Select(ir.IsNaN(row), ir.Const(-np.inf, F), row)),
-                 ir.Store(copies, ir.i64(width), row)]
-        x = ir.Lookup(copies, ir.i64(0), slots, 2 * width)
-        return ir.Cmp(_COMPARE[self.spec.ops[0]], x, thresholds)
+        code: list[ir.Stmt] = []
+        for k, region in enumerate(self.regions):
+            if region == "coded":
+                value = ir.Bitcast(decision.coded_category_operand(self.spec, row), F)
+            else:
+                value = row if region == "nan" else ir.Select(
+                    ir.IsNaN(row), ir.Const(-np.inf if region == "low" else 0.0, F), row)
+                if k == 0 and self._has("mask_categorical"):
+                    categorical = ir.VectorLoad(self._buffer("mask_categorical"), ir.i64(0),
+                                                width)
+                    value = ir.Select(ir.Cmp("ne", categorical, ir.Const(0, ir.I8)), ir.Bitcast(
+                        decision.coded_category_operand(self.spec, row), F), value)
+            code.append(ir.Store(out, ir.BinOp("add", at, ir.i64(k * width)), value))
+        return code
+
+    def _copies_test(self, code: list[ir.Stmt], stem: str, feature_value: FeatureLoader,
+                     read) -> ir.Expr:
+        """Whether the row goes right at each node, read from the row's copies: those
+        the kernel prepared, else the walk's own."""
+        prepared = getattr(feature_value, "prepared", None)
+        if prepared is None:
+            size, dtype = self.prepared_row()
+            prepared = (ir.Buffer(stem + "_row", dtype, size=size), ir.i64(0))
+            code.append(ir.LocalArray(prepared[0]))
+            code += self.prepare_row(feature_value, *prepared)
+        x = ir.Lookup(prepared[0], prepared[1], read("slot"),
+                      len(self.regions) * self.copy_width)
+        # Right where the compare fails (a NaN threshold: every categorical lane) and the
+        # category test too (a 0 mask: every numeric lane): one masked vptestnm.
+        right: ir.Expr = ir.Not(ir.Cmp(_COMPARE[_numeric_op(self.spec)], x, read("threshold")))
+        if not self._has("mask_cat"):
+            return right
+        M = self.spec.mask_type
+        return ir.BinOp("and", right, ir.Cmp(
+            "eq", ir.BinOp("and", ir.Bitcast(x, M), read("cat")), ir.Const(0, M)))
 
     def code_leaf_value(self, tree: ir.Expr, node: ir.Expr, k: int,
                         feature_value: FeatureLoader) -> ir.Expr:
@@ -146,18 +186,14 @@ class MaskRepresentation(SparseRepresentation):
 
 def one_compare(forest: Forest, precision: str) -> bool:
     """Whether ``forest`` fits the mask representation with every split test one vector
-    compare (the row's two copies): trees of at most 63 internal nodes, one numeric
-    operator, missing values NaN-or-none, at most 32 features (what ``compile`` makes
-    this representation's default for, on AVX-512 CPUs)."""
+    operation on copies of the row (:func:`_copy_plan`): trees of at most 63 internal
+    nodes, one numeric operator, missing values NaN-or-none, category sets below the
+    mask's two top bits, copies of at most 64 values (what ``compile`` makes this
+    representation's default for, on AVX-512 CPUs)."""
     if forest.n_trees == 0 or int(_splits(forest).max()) >= MAX_LANES:
         return False
     spec = decision.DecisionSpec.of(forest, precision)
-    width = _copy_width(forest, spec)
-    if not width:
-        return False
-    nodes = np.flatnonzero(~forest.is_leaf)
-    return _slots(forest, spec, nodes, decision.thresholds(forest, spec, nodes),
-                  width) is not None
+    return _copy_plan(forest, spec, np.flatnonzero(~forest.is_leaf)) is not None
 
 
 def _splits(forest: Forest) -> np.ndarray:
@@ -166,36 +202,87 @@ def _splits(forest: Forest) -> np.ndarray:
 
 
 _COMPARE = {OP_LT: "lt", OP_LE: "le"}
-# The widest row the two copies serve (more would permute from too many registers).
-MAX_COPY_WIDTH = 32
+# The most values the copies of a row may hold (more would permute from too many
+# registers): 8 of float64, 4 of float32.
+MAX_COPIES = 64
+# What a copy of the row holds: NaNs as -inf (a NaN then passes every compare), kept
+# (fails every compare), as 0 (where a NaN is 0, missing rule "none"); or the coded
+# category operand of every value. Their order settles ties between equally small plans.
+_REGIONS = ("zero", "low", "nan")
 
 
-def _copy_width(forest: Forest, spec: decision.DecisionSpec) -> int:
-    """The lanes of each copy of a row (a whole number of 512-bit registers holding
-    every feature), or 0 when the forest's tests are not one compare of a row value
-    whose NaN goes one way per node."""
-    if len(spec.ops) != 1 or spec.ops[0] not in _COMPARE \
+def _numeric_op(spec: decision.DecisionSpec) -> int:
+    """The one numeric operator of a forest tested by copies (``<`` when all its splits
+    are categorical)."""
+    numeric = [op for op in spec.ops if op != OP_CAT]
+    return numeric[0] if numeric else OP_LT
+
+
+def _copy_plan(forest: Forest, spec: decision.DecisionSpec, nodes: np.ndarray
+               ) -> tuple[int, tuple[str, ...], dict[str, np.ndarray], np.ndarray | None] | None:
+    """How lanes for global ``nodes`` (-1: padding) test the row with one operation:
+    (the lanes of a copy, a whole number of 512-bit registers holding every feature;
+    the copies, in order; the lane tables; which features the first copy holds coded,
+    or None). The tables: ``threshold`` (NaN on categorical lanes, which fails every
+    compare); ``slot``, where in the copies a lane's value sits: a numeric lane reads
+    one whose NaN goes where the node sends it; with categorical splits, ``cat``, the
+    coded masks (0 on numeric lanes, which then fail the ``and``). A categorical lane
+    reads the coded operands from a copy of their own where some feature is also split
+    numerically, else from the first copy, which holds them at categorical features.
+    The fewest copies serving every node are made (LightGBM's models without missing
+    values in training: one, NaNs as 0). None when the forest's tests are not of that
+    kind: more than one numeric operator or one other than ``<`` and ``<=``, missing
+    rule "zero", a node sending NaN left but -inf right (``x < -inf``), category sets
+    that are not coded masks, or copies beyond :data:`MAX_COPIES` values."""
+    numeric_ops = [op for op in spec.ops if op != OP_CAT]
+    if len(numeric_ops) > 1 or not set(numeric_ops) <= set(_COMPARE) \
             or not set(spec.missing) <= {MISSING_NAN, MISSING_NONE}:
-        return 0
-    per = 512 // spec.compare.bits
-    width = max(per, -(-forest.n_features // per) * per)
-    return width if width <= MAX_COPY_WIDTH else 0
-
-
-def _slots(forest: Forest, spec: decision.DecisionSpec, nodes: np.ndarray,
-           thresholds: np.ndarray, width: int) -> np.ndarray | None:
-    """Per node lane, where the row's value at its feature sits in the two copies: the
-    first (NaN read as -inf) when a missing value goes left there, else the second. A
-    NaN read as 0 (missing rule "none") goes where 0 goes. None when some node sends
-    NaN left but would send -inf right (``x < -inf``)."""
+        return None
     real = nodes >= 0
     n = np.maximum(nodes, 0)
-    t = thresholds.astype(np.float64)
-    zero_left = (0.0 < t) if spec.ops[0] == OP_LT else (0.0 <= t)
-    left = np.where(forest.missing[n] == MISSING_NONE, zero_left, forest.default_left[n])
-    if spec.ops[0] == OP_LT and np.any(real & left & (t == -np.inf)):
+    cat = real & (forest.split_op[n] == OP_CAT)
+    numeric = real & ~cat
+    t = decision.thresholds(forest, spec, nodes).astype(np.float64)
+    op = _numeric_op(spec)
+    zero_left = (0.0 < t) if op == OP_LT else (0.0 <= t)
+    none = forest.missing[n] == MISSING_NONE
+    nan_left = np.where(none, zero_left, forest.default_left[n])
+    if op == OP_LT and np.any(numeric & nan_left & (t == -np.inf)):
         return None
-    return np.where(real, forest.feature[n] + np.where(left, 0, width), 0).astype(np.int32)
+    # Which copies serve each numeric node; the first smallest set serving all.
+    serves = {"zero": none, "low": nan_left, "nan": ~nan_left}
+    plans = [c for k in (1, 2, 3) for c in itertools.combinations(_REGIONS, k)]
+    regions = next(list(c) for c in plans
+                   if np.all(np.logical_or.reduce([serves[r] for r in c]) | ~numeric))
+    if not numeric.any():
+        regions = []
+    features = np.zeros(forest.n_features, dtype=bool)
+    features[forest.feature[n[cat]]] = True
+    both = np.isin(forest.feature[n[numeric]], np.flatnonzero(features)).any()
+    if not regions or both:
+        regions.append("coded")
+    per = 512 // spec.compare.bits
+    width = max(per, -(-forest.n_features // per) * per)
+    if len(regions) * width > MAX_COPIES:
+        return None
+    region = np.zeros(len(nodes), dtype=np.int64)
+    for k in reversed(range(len(regions))):  # a node's first serving copy
+        if regions[k] != "coded":
+            region[serves[regions[k]]] = k
+    region[cat] = regions.index("coded") if "coded" in regions else 0
+    float_type = np.float32 if spec.compare == ir.F32 else np.float64
+    fields = {"threshold": np.where(numeric, t, np.where(cat, np.nan, 0.0)).astype(float_type),
+              "slot": np.where(real, forest.feature[n] + region * width, 0).astype(np.int32)}
+    coded_first = None
+    if spec.has_categorical:
+        masks = decision.coded_category_masks(forest, spec, nodes)
+        if masks is None:
+            return None
+        fields["cat"] = masks.view(np.int32 if masks.dtype == np.uint32 else np.int64)
+        if "coded" not in regions:
+            coded_first = np.zeros(width, dtype=np.int8)
+            coded_first[:forest.n_features] = features
+    return width, tuple(regions), fields, coded_first
 
 
 def _tree_lanes(forest: Forest, lanes: int
@@ -228,6 +315,6 @@ def _tree_lanes(forest: Forest, lanes: int
                 leaf_lane += 1
                 continue
             bit = 1 << lane_of[g]
-            stack.append((base + right[g], bits | bit, turns))
-            stack.append((base + left[g], bits | bit, turns | bit))
+            stack.append((base + right[g], bits | bit, turns | bit))
+            stack.append((base + left[g], bits | bit, turns))
     return nodes, path, turn, leaf

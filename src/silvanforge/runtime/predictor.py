@@ -156,9 +156,11 @@ def _default_jobs() -> int:
 def _schedule(forest: Forest, schedule: Any, representation: str | None = None) -> Schedule:
     if schedule is None:
         # Code needs constant tree indices: its own default unrolls the tree loop. Masks
-        # run a tree over a block of rows with its tables in registers.
-        return named({"code": "code_rows", "mask": "xgboost"}.get(representation or "",
-                                                                  "default"), forest.n_trees)
+        # run a tree over a block of rows with its tables in registers, the block's rows
+        # prepared once (cache).
+        if representation == "mask":
+            return named("xgboost", forest.n_trees, cache=True)
+        return named("code_rows" if representation == "code" else "default", forest.n_trees)
     if isinstance(schedule, Schedule):
         return Schedule.parse(str(schedule), forest.n_trees)
     if isinstance(schedule, str):

@@ -11,7 +11,9 @@ is not searched).
 The loop orders (T trees, B rows per block, k trees per tile, c = threads chunks):
 
 - ``row_blocks``: ``tile(batch, b0, b1, B); reorder(b0, tree, b1); parallel(b0)``, the
-  walks of a block's rows through one tree innermost (interleaved across rows);
+  walks of a block's rows through one tree innermost (interleaved across rows); with
+  ``cache(b0)`` for a representation that prepares rows (``mask``), here and in
+  ``tree_chunks``;
 - ``tree_tiles``: ``tile(batch, b0, b1, B); tile(tree, t0, t1, k); parallel(b0)``, each
   row's walks through k trees innermost (interleaved across trees: few rows, many trees);
 - ``tree_chunks``: ``tile(tree, t0, t1, ceil(T/c)); tile(batch, b0, b1, B);
@@ -153,8 +155,12 @@ def render(point: dict[str, Any], n_trees: int) -> tuple[str, dict[str, Any]]:
     thread count (it is a ``predict`` argument); the tuner sets ``n_jobs`` from it.
     """
     order, block = point["order"], point["block"]
+    # A block's rows prepared once for all its trees' walks where the representation
+    # reads them prepared (mask).
+    rep = REGISTRY.get(point.get("representation", ""))
+    cache = ["cache(b0)"] if rep is not None and rep.prepares_rows else []
     if order == "row_blocks":
-        lines = [f"tile(batch, b0, b1, {block})", "reorder(b0, tree, b1)",
+        lines = [f"tile(batch, b0, b1, {block})", "reorder(b0, tree, b1)", *cache,
                  *_walk_lines(point, "b1"), "parallel(b0)"]
     elif order == "tree_tiles":
         lines = [f"tile(batch, b0, b1, {block})",
@@ -169,5 +175,6 @@ def render(point: dict[str, Any], n_trees: int) -> tuple[str, dict[str, Any]]:
     else:
         chunk = -(-n_trees // point["threads"])
         lines = [f"tile(tree, t0, t1, {chunk})", f"tile(batch, b0, b1, {block})",
-                 "reorder(t0, b0, t1, b1)", *_walk_lines(point, "b1"), "parallel(t0)"]
+                 "reorder(t0, b0, t1, b1)", *cache,
+                 *_walk_lines(point, "b1"), "parallel(t0)"]
     return "\n".join(lines), {a.name: point[a.name] for a in option_axes() if a.name in point}
