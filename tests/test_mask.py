@@ -265,6 +265,11 @@ def test_masks_are_the_default_for_small_skewed_trees_on_avx512():
     assert _representation(numeric, None, precision="float64", target=AVX2) == "code"
     assert _representation(categorical, None, precision="float64", target=AVX512) == "mask"
     assert _representation(large_sets, None, precision="float64", target=AVX512) == "code"
+    # Trees of 32-63 splits take strides of 64 lanes, slower than code.
+    wide = build_forest([grown_tree(rng, 40, 5, [OP_LE], [MISSING_NONE]) for _ in range(3)],
+                        n_features=5, n_outputs=1)
+    assert MaskRepresentation(wide).lanes == 64 and one_compare(wide, "float64")
+    assert _representation(wide, None, precision="float64", target=AVX512) == "code"
     # GPU targets never get it, and refuse it when named.
     assert _representation(numeric, None, code=False, target=AVX512) == "sparse"
     with pytest.raises(InputError, match="CPU-only"):

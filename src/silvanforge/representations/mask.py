@@ -60,14 +60,13 @@ class MaskRepresentation(SparseRepresentation):
 
     def __init__(self, forest: Forest, precision: str = "float64") -> None:
         super().__init__(forest, precision)
-        internal = _splits(forest)
-        largest = int(internal.max(initial=0))
-        if largest >= MAX_LANES:
-            t = int(np.argmax(internal))
+        self.lanes = stride(forest)
+        if not self.lanes:
+            internal = _splits(forest)
             raise UnsupportedModelError(
-                f"tree {t} has {largest} internal nodes; the 'mask' representation holds "
-                f"trees of up to {MAX_LANES - 1} (use 'code' or 'sparse')")
-        self.lanes = next(w for w in (16, 32, 64) if largest < w)
+                f"tree {int(np.argmax(internal))} has {int(internal.max())} internal nodes; "
+                f"the 'mask' representation holds trees of up to {MAX_LANES - 1} (use "
+                "'code' or 'sparse')")
         self.bits_type = ir.I64 if self.lanes == 64 else ir.I32
         nodes, path, turn, leaf = _tree_lanes(forest, self.lanes)
         handle = np.zeros(forest.n_nodes, dtype=np.int64)
@@ -190,10 +189,17 @@ def one_compare(forest: Forest, precision: str) -> bool:
     nodes, one numeric operator, missing values NaN-or-none, category sets below the
     mask's two top bits, copies of at most 64 values (what ``compile`` makes this
     representation's default for, on AVX-512 CPUs)."""
-    if forest.n_trees == 0 or int(_splits(forest).max()) >= MAX_LANES:
+    if forest.n_trees == 0 or not stride(forest):
         return False
     spec = decision.DecisionSpec.of(forest, precision)
     return _copy_plan(forest, spec, np.flatnonzero(~forest.is_leaf)) is not None
+
+
+def stride(forest: Forest) -> int:
+    """The lanes each tree takes (16, 32 or 64: the fewest holding the forest's largest
+    tree, internal nodes and leaves), or 0 when a tree has 64 splits or more."""
+    largest = int(_splits(forest).max(initial=0))
+    return next((w for w in (16, 32, MAX_LANES) if largest < w), 0)
 
 
 def _splits(forest: Forest) -> np.ndarray:

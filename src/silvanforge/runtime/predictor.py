@@ -41,7 +41,7 @@ from ..hir import plan_tiling, print_plan, uniform_tiling
 from . import gc_pause
 from .layout import plan_layout
 from ..representations import REGISTRY
-from ..representations.mask import one_compare
+from ..representations.mask import one_compare, stride as mask_stride
 from ..representations.tiled import TILED
 from ..schedule import Schedule, named
 from ..schedule.library import LIBRARY
@@ -178,6 +178,13 @@ MAX_ARRAY_PADDING = 4
 # 6100 nodes compile in 1.2-1.6 s and 61,000 (mtpl2-like, 1000 trees) in 12-13 s on 2
 # cores, where lleaves takes 2.8-4.9 and 72 s; 61,000 nodes run 3x faster as code.
 MAX_CODE_NODES = 100_000
+# Masks are the default up to this stride: trees of up to 31 splits, LightGBM's default
+# 31 leaves (1 thread, 64 / 1024 rows, mask's time over code's: nyc-taxi-like 0.56 /
+# 0.50, airline-cat-like 0.82 / 0.78, mtpl2-like 0.89 / 0.90, a 1000-tree model of 28
+# numeric features 0.83 / 0.76). Strides of 64 lanes (up to 63 splits) take twice the
+# registers a test: 63 leaves on 5 features 0.87 / 0.92, on 28 features 1.24 / 1.15, 48
+# leaves on 13 features 1.03 / 1.22, so those stay code.
+MAX_DEFAULT_LANES = 32
 
 
 def _representation(forest: Forest, name: str | None, code: bool = True,
@@ -194,10 +201,11 @@ def _representation(forest: Forest, name: str | None, code: bool = True,
         slots = sum(2 ** (int(d) + 1) - 1 for d in forest.tree_depths)
         if slots <= MAX_ARRAY_PADDING * forest.n_nodes:
             return "array"
-        # Trees of up to 63 splits of one numeric operator, tested all at once with a
-        # few vector instructions and no branch, beat their branches where the CPU has
-        # AVX-512 (nyc-taxi-like: 0.68x code's time at 8-4096 rows, 0.5-0.64x lleaves').
+        # Trees of up to 31 splits, tested all at once with a few vector instructions
+        # and no branch, beat their branches where the CPU has AVX-512 (see
+        # MAX_DEFAULT_LANES).
         if code and "avx512f" in (target or Target.host()).enabled() \
+                and 0 < mask_stride(forest) <= MAX_DEFAULT_LANES \
                 and one_compare(forest, precision):
             return "mask"
         return "code" if code and forest.n_nodes <= MAX_CODE_NODES else "sparse"
