@@ -124,10 +124,13 @@ def test_ctypes_entry_predicts_as_the_builtin_entry(forest, seed):
             np.testing.assert_array_equal(fallback.predict(rows, output=output), expected)
 
 
-def test_default_schedule_sizes_threads_to_the_batch(forest, monkeypatch):
+@pytest.mark.parametrize("representation", [None, "code", "mask"])
+def test_default_schedule_sizes_threads_to_the_batch(forest, monkeypatch, representation):
+    # Also for representations without a small-batch kernel: a thread with no rows of
+    # its own only costs its wake-up.
     from silvanforge.runtime import predictor as runtime
 
-    predictor = silvanforge.compile(forest, n_jobs=2)
+    predictor = silvanforge.compile(forest, n_jobs=2, representation=representation)
     # The default schedule has no scratch buffers: the thread count is argument 3.
     calls = []
     real = predictor._main.call

@@ -9,21 +9,25 @@ al., SIGIR 2015, done with vector compares):
 
 1. the row's values at every node's feature are one permute of the row (a row of up to
    16 float32 or 8 float64 values is one register; wider ones are permuted from several,
-   or gathered), compared with the node thresholds as a vector (:func:`decision.go_left`
-   itself, lane-wise: operators, missing rules, default directions and category masks
-   per node, so the tests are the table layouts' by construction);
+   or gathered) and tested as a vector. Where the forest allows (:func:`_copy_plan`:
+   LightGBM's and XGBoost's numeric splits, small category sets) the permute reads
+   copies of the row prepared so that each lane's test is one compare, or one ``and``
+   with a coded category mask; elsewhere the test is :func:`decision.go_left` itself,
+   lane-wise (operators, missing rules, default directions and category sets per node);
 2. the outcomes become the bits of an integer (bit ``i``: node ``i`` sends the row
-   right, the form in which AVX-512 fuses a test into the compare before it);
+   right: where a lane's compare fails and its category test too, one ``and``);
 3. leaf ``j`` is reached when the bits of the nodes on its path (``path[j]``) are its
    turns there (``turn[j]``, the bit set where the path goes right): one vector ``and``
    and compare over the leaves, exactly one lane matches, and its index is a count of
    trailing zeros.
 
 Each tree takes a fixed stride of ``W`` lanes (16, 32 or 64: the smallest that holds the
-forest's largest tree, internal nodes and leaves) in every table: ``mask_feature``,
-``mask_threshold`` (and ``mask_flags`` and category fields where the forest needs them),
-``mask_path`` and ``mask_turn`` (integers of ``W`` bits, 32 for ``W`` of 16), and
-``mask_leaf``, the sparse layout's handle of each leaf lane. Padding lanes test feature
+forest's largest tree, internal nodes and leaves) in every table: ``mask_threshold`` and
+``mask_slot`` (where the lane's value sits in the row's copies) and ``mask_cat`` (coded
+category masks) for tests on copies, or ``mask_feature``, ``mask_threshold``,
+``mask_flags`` and category fields for the general test; ``mask_path`` and ``mask_turn``
+(integers of ``W`` bits, 32 for ``W`` of 16), and ``mask_leaf``, the sparse layout's
+handle of each leaf lane. Padding lanes test feature
 0 and belong to no path; a padding leaf has path 0 and turn 1, so it never matches.
 Tree indices need not be constants (the walk reads tables), so kernels stay small and
 compile fast whatever the forest's size. The sparse layout underneath keeps the table
@@ -99,9 +103,11 @@ class MaskRepresentation(SparseRepresentation):
     def walk_code(self, tree: ir.Expr, node: ir.Var, feature_value: FeatureLoader,
                   row: dict | None = None) -> list[ir.Stmt]:
         """Statements leaving in ``node`` the lane of tree ``tree``'s reached leaf
-        (``tree * lanes + leaf lane``, what :meth:`code_leaf_value` reads). The row's
-        values are one :class:`~silvanforge.lir.ir.Lookup` of the row when
-        ``feature_value`` offers ``window`` (a :class:`~.base.RowValues`), else a gather."""
+        (``tree * lanes + leaf lane``, what :meth:`code_leaf_value` reads). The lanes'
+        values are one :class:`~silvanforge.lir.ir.Lookup` of the row's copies (those in
+        ``feature_value.prepared`` when the kernel prepared the row, else the walk's
+        own), or, without copies, of the row itself when ``feature_value`` offers
+        ``window`` (a :class:`~.base.RowValues`), else a gather."""
         lanes, bits_type = self.lanes, self.bits_type
         at = ir.BinOp("mul", tree, ir.i64(lanes))
 
@@ -169,7 +175,7 @@ class MaskRepresentation(SparseRepresentation):
         x = ir.Lookup(prepared[0], prepared[1], read("slot"),
                       len(self.regions) * self.copy_width)
         # Right where the compare fails (a NaN threshold: every categorical lane) and the
-        # category test too (a 0 mask: every numeric lane): one masked vptestnm.
+        # category test too (a 0 mask: every numeric lane).
         right: ir.Expr = ir.Not(ir.Cmp(_COMPARE[_numeric_op(self.spec)], x, read("threshold")))
         if not self._has("mask_cat"):
             return right

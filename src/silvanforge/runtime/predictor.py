@@ -73,8 +73,11 @@ class Options:
 
     ``small_schedule`` (when set) is compiled too and serves batches of up to
     ``SMALL_BATCH`` rows; it is set when the user leaves the schedule to SilvanForge.
-    ``tile_size`` > 1 walks tiles of that many nodes, tiled ``tiling`` ("uniform", or
-    "probability" from a profile: the predictor then keeps the tiling itself)."""
+    ``sized_threads``: a call uses at most one thread per ``MIN_ROWS_PER_THREAD`` rows
+    (set, as is a small schedule, when the schedule is SilvanForge's: its row blocks
+    run in parallel). ``tile_size`` > 1 walks tiles of that many nodes, tiled ``tiling``
+    ("uniform", or "probability" from a profile: the predictor then keeps the tiling
+    itself)."""
 
     schedule: str
     representation: str
@@ -83,6 +86,7 @@ class Options:
     small_schedule: str | None = None
     tile_size: int = 1
     tiling: str = "uniform"
+    sized_threads: bool = False
 
 
 # LLVM optimisation level per representation. Trees as code are mostly branches the
@@ -311,6 +315,8 @@ class Predictor(ForestShape):
                                addresses) for schedule, code in zip(schedules, codes)]
         self._main = kernels[0]
         self._small = kernels[1] if len(kernels) > 1 else None
+        # (Predictors saved before sized_threads existed said so by their small kernel.)
+        self._sized = options.sized_threads or self._small is not None
         self._finish = kernel_finish.modes(forest)
         # Results the library returns as a vector are allocated as one: no reshaping.
         self._flat = forest.flat_output and forest.n_outputs == 1
@@ -362,12 +368,11 @@ class Predictor(ForestShape):
         n = len(rows)
         result = np.zeros(n) if flat else np.zeros((n, self.forest.n_outputs))
         kernel = self._main
-        if self._small is not None:
+        if self._small is not None and n <= SMALL_BATCH:
+            kernel, threads = self._small, 1
+        elif self._sized:
             # The schedule is SilvanForge's (row blocks in parallel): size the call.
-            if n <= SMALL_BATCH:
-                kernel, threads = self._small, 1
-            else:
-                threads = max(1, min(threads, n // MIN_ROWS_PER_THREAD))
+            threads = max(1, min(threads, n // MIN_ROWS_PER_THREAD))
         if n == 0:
             as_rows(X, self.forest)  # an empty input with wrong columns is still wrong
             return result
@@ -540,5 +545,5 @@ def compile(model: Any, target: str = "cpu", schedule: Any = None,
     options = Options(schedule=str(chosen), representation=rep,
                       precision=chosen_precision, n_jobs=jobs,
                       small_schedule=small, tile_size=layout.tile_size,
-                      tiling=layout.tiling)
+                      tiling=layout.tiling, sized_threads=schedule is None)
     return Predictor(forest, options, node_tile=layout.node_tile)
