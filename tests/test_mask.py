@@ -14,6 +14,7 @@ import silvanforge
 from silvanforge import reference
 from silvanforge.backends.cpu import Target
 from silvanforge.errors import InputError, UnsupportedModelError
+from silvanforge.lir import ir
 from silvanforge.model.builder import Tree, build_forest
 from silvanforge.model.forest import (MISSING_NAN, MISSING_NONE, MISSING_ZERO, OP_CAT,
                                       OP_EQ, OP_LE, OP_LT)
@@ -80,8 +81,9 @@ def test_masks_match_the_reference(seed, n_rows, max_splits, n_features, schedul
 
 
 @pytest.mark.parametrize("ops, rules, n_features, copies", [
-    ([OP_LE], [MISSING_NAN, MISSING_NONE], 5, 8),    # LightGBM's numeric splits
-    ([OP_LT], [MISSING_NAN], 20, 24),                # XGBoost's, rows of three registers
+    # Float64 forests, float32 lanes: a copy is a whole number of 16-lane registers.
+    ([OP_LE], [MISSING_NAN, MISSING_NONE], 5, 16),   # LightGBM's numeric splits
+    ([OP_LT], [MISSING_NAN], 20, 32),                # XGBoost's, rows of two registers
     ([OP_LT], [MISSING_NAN], 33, 0),                 # too wide for the copies
     ([OP_LT, OP_LE], [MISSING_NAN], 5, 0),           # two operators
     ([OP_LE], [MISSING_ZERO], 5, 0),                 # zero as missing
@@ -192,6 +194,44 @@ def test_which_copies_a_row_is_read_from(forest, regions):
     predictor = silvanforge.compile(forest, representation="mask")
     np.testing.assert_array_equal(predictor.predict(rows, output="margin"),
                                   reference.predict(forest, rows, output="margin"))
+
+
+@pytest.mark.parametrize("op", [OP_LT, OP_LE])
+def test_float64_forests_compare_in_float32_lanes_and_settle_ties_in_float64(op):
+    # Values within half a float32 step of a threshold round alike: the float32 lanes
+    # leave them undecided and the float64 compare settles them.
+    thresholds = [0.1, 1 / 3, 1e-40, 3.5e38, -2.0 ** -130, 7.0]
+    trees = [Tree(left=[1, -1, -1], right=[2, -1, -1], feature=[i % 2, 0, 0],
+                  threshold=[t, 0, 0], leaf_value=[[0.0], [1.0 * 10 ** i], [0.0]],
+                  split_op=op, missing=MISSING_NONE) for i, t in enumerate(thresholds)]
+    forest = build_forest(trees, n_features=2, n_outputs=1, input_dtype=np.float64)
+    rep = MaskRepresentation(forest)
+    assert rep.narrow and rep.lane_type == ir.F32
+    values = np.array([v for t in thresholds for v in (
+        t, np.nextafter(t, np.inf), np.nextafter(t, -np.inf), np.float32(t),
+        np.nextafter(np.float32(t), np.float32(np.inf)))] + [np.nan, np.inf, -np.inf, 0.0])
+    rows = np.stack([values, values[::-1]], axis=1)
+    predictor = silvanforge.compile(forest, representation="mask")
+    np.testing.assert_array_equal(predictor.predict(rows, output="margin"),
+                                  reference.predict(forest, rows, output="margin"))
+
+
+def test_float32_lanes_need_category_sets_below_30():
+    rng = np.random.default_rng(11)
+    small = forest_of([OP_LE, OP_CAT], [MISSING_NAN], categories=(1, 3, 5, 20),
+                      input_dtype=np.float64)
+    large = forest_of([OP_LE, OP_CAT], [MISSING_NAN], categories=(1, 30, 40, 61),
+                      input_dtype=np.float64)
+    assert MaskRepresentation(small).narrow and not MaskRepresentation(large).narrow
+    assert MaskRepresentation(large).copy_width  # float64 lanes then
+    # A float32 forest's lanes are float32 already.
+    assert not MaskRepresentation(forest_of([OP_LE], [MISSING_NAN]), "float32").narrow
+    for forest in (small, large):
+        rows = np.vstack([random_rows(forest, 12, 200), np.tile(CATEGORY_INPUTS[:, None], 3)])
+        rows[rng.random(len(rows)) < 0.5, 2] = 30
+        predictor = silvanforge.compile(forest, representation="mask")
+        np.testing.assert_array_equal(predictor.predict(rows, output="margin"),
+                                      reference.predict(forest, rows, output="margin"))
 
 
 def test_a_cached_block_prepares_each_row_once():

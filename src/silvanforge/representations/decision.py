@@ -243,20 +243,22 @@ def category_operand(spec: DecisionSpec, x: ir.Expr) -> CategoryOperand:
 
 
 # Coded category operands give a NaN and a negative value bits of their own, the two
-# top bits of the mask type, so that with coded masks a categorical node's whole test,
-# missing and negative values included, is one ``and``: what tests of many nodes at once
-# need, where the missing direction varies from node to node (:mod:`.mask`).
-def coded_bits(spec: DecisionSpec) -> tuple[int, int]:
-    """(the NaN bit, the negative bit) of coded operands and masks."""
-    return spec.compare.bits - 1, spec.compare.bits - 2
+# top bits of the mask's integer type, so that with coded masks a categorical node's
+# whole test, missing and negative values included, is one ``and``: what tests of many
+# nodes at once need, where the missing direction varies from node to node (:mod:`.mask`).
+def coded_bits(mask: ir.DType) -> tuple[int, int]:
+    """(the NaN bit, the negative bit) of coded operands and masks of type ``mask``."""
+    return mask.bits - 1, mask.bits - 2
 
 
-def coded_category_operand(spec: DecisionSpec, x: ir.Expr) -> ir.Expr:
-    """The coded operand of value ``x`` (of the compare type): ``1 << category`` for a
-    valid category below the two reserved bits, the NaN bit for a NaN, the negative bit
-    for a value negative under the category rule, else 0."""
-    F, M = spec.compare, spec.mask_type
-    nan_bit, negative_bit = coded_bits(spec)
+def coded_category_operand(spec: DecisionSpec, x: ir.Expr,
+                           mask: ir.DType | None = None) -> ir.Expr:
+    """The coded operand of value ``x`` (of the compare type), an integer of type
+    ``mask`` (default: the spec's mask type): ``1 << category`` for a valid category
+    below the two reserved bits, the NaN bit for a NaN, the negative bit for a value
+    negative under the category rule, else 0."""
+    F, M = spec.compare, mask or spec.mask_type
+    nan_bit, negative_bit = coded_bits(M)
     c, negative, valid = _category(spec, x, ir.Const(float(negative_bit), F))
     shift = ir.Cast(ir.Select(valid, c, ir.Const(0.0, F)), M)
     # The NaN bit is the sign bit: as a constant, the negative number of its bits.
@@ -265,14 +267,15 @@ def coded_category_operand(spec: DecisionSpec, x: ir.Expr) -> ir.Expr:
     return ir.Select(valid, ir.BinOp("shl", ir.Const(1, M), shift), other)
 
 
-def coded_category_masks(forest: Forest, spec: DecisionSpec,
-                         nodes: np.ndarray) -> np.ndarray | None:
+def coded_category_masks(forest: Forest, spec: DecisionSpec, nodes: np.ndarray,
+                         mask: ir.DType | None = None) -> np.ndarray | None:
     """The coded mask of each global node in ``nodes`` (0 for numeric nodes and
-    padding; unsigned, of the mask type's width): the node's set, the NaN bit where a
-    NaN goes left, the negative bit where a negative value does. With the coded operand
-    of a row's value, ``operand & mask != 0`` is :func:`go_left` at every categorical
-    node. None when some categorical node has the "zero" missing rule (a zero would be
-    missing or category 0 by its magnitude) or a set holding a reserved bit."""
+    padding; unsigned, of the width of ``mask``, default the spec's mask type): the
+    node's set, the NaN bit where a NaN goes left, the negative bit where a negative
+    value does. With the coded operand of a row's value, ``operand & mask != 0`` is
+    :func:`go_left` at every categorical node. None when some categorical node has the
+    "zero" missing rule (a zero would be missing or category 0 by its magnitude) or a
+    set holding a reserved bit or beyond."""
     if not spec.category_mask:
         return None
     real = nodes >= 0
@@ -280,10 +283,10 @@ def coded_category_masks(forest: Forest, spec: DecisionSpec,
     cat = real & (forest.split_op[n] == OP_CAT) & ~forest.is_leaf[n]
     if np.any(cat & (forest.missing[n] == MISSING_ZERO)):
         return None
-    bits = spec.compare.bits
-    unsigned = np.uint32 if bits == 32 else np.uint64
-    masks = category_masks(forest, nodes, bits).astype(np.uint64)
-    nan_bit, negative_bit = coded_bits(spec)
+    bits = (mask or spec.mask_type).bits
+    # Every set lies below the threshold's width (category_mask): read them all.
+    masks = category_masks(forest, nodes, spec.compare.bits).astype(np.uint64)
+    nan_bit, negative_bit = coded_bits(mask or spec.mask_type)
     if np.any(masks >> np.uint64(negative_bit)):
         return None
     default = forest.default_left[n]
@@ -292,7 +295,7 @@ def coded_category_masks(forest: Forest, spec: DecisionSpec,
     negative_left = default & (spec.negative_category == "missing")
     masks |= (nan_left.astype(np.uint64) << np.uint64(nan_bit)
               | negative_left.astype(np.uint64) << np.uint64(negative_bit))
-    return np.where(cat, masks, 0).astype(unsigned)
+    return np.where(cat, masks, 0).astype(np.uint32 if bits == 32 else np.uint64)
 
 
 def _category(spec: DecisionSpec, x: ir.Expr,

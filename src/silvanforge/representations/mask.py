@@ -83,7 +83,12 @@ class MaskRepresentation(SparseRepresentation):
         # row prepared for it (see _copy_plan), so a numeric test is one compare and a
         # categorical one an `and` (the general test spends a NaN test, a select and a
         # blend more, and a category's shift lane by lane).
-        plan = _copy_plan(forest, self.spec, nodes)
+        # A float64 forest's lanes compare in float32 where its sets fit (see
+        # _narrow_test); float32 forests' lanes already do.
+        plan = _copy_plan(forest, self.spec, nodes, ir.F32) \
+            if self.spec.compare == ir.F64 else None
+        self.narrow = plan is not None
+        plan = plan or _copy_plan(forest, self.spec, nodes, self.spec.compare)
         self.copy_width, self.regions = (plan[0], plan[1]) if plan else (0, ())
         if plan is None:
             fields = decision.node_arrays(forest, self.spec, nodes, leaf_bit=False)
@@ -115,8 +120,10 @@ class MaskRepresentation(SparseRepresentation):
             return ir.VectorLoad(self._buffer("mask_" + field), at, lanes)
 
         code: list[ir.Stmt] = []
+        x = None
         if self.copy_width:
-            right = self._copies_test(code, node.name, feature_value, read)
+            x = self._lane_values(code, node.name, feature_value, read)
+            right = self._copies_test(x, read)
         else:
             loads = decision.NodeLoads(
                 feature=read("feature"), threshold=read("threshold"),
@@ -127,19 +134,35 @@ class MaskRepresentation(SparseRepresentation):
             right = ir.Not(decision.go_left(self.spec, loads,
                                             getattr(feature_value, "window", feature_value)))
         bits = ir.Var(node.name + "_bits", bits_type)
+        code.append(ir.Declare(bits, ir.LaneBits(right, bits_type)))
+        if self.narrow:
+            code += self._narrow_test(bits, x, node.name, feature_value, read)
         reached = ir.Cmp("eq", ir.BinOp("and", bits, read("path")), read("turn"))
         leaf = ir.Math("cttz", ir.LaneBits(reached, bits_type))
-        return code + [ir.Declare(bits, ir.LaneBits(right, bits_type)),
-                       ir.Assign(node, ir.BinOp("add", at, ir.Cast(leaf, ir.I64)))]
+        return code + [ir.Assign(node, ir.BinOp("add", at, ir.Cast(leaf, ir.I64)))]
+
+    @property
+    def lane_type(self) -> ir.DType:
+        """The type lanes compare in: float32 for narrow lanes, else the spec's."""
+        return ir.F32 if self.narrow else self.spec.compare
 
     def prepared_row(self) -> tuple[int, ir.DType] | None:
         """The row's copies (see :func:`_copy_plan`), where lanes test one."""
-        return (len(self.regions) * self.copy_width, self.spec.compare) \
+        return (len(self.regions) * self.copy_width, self.lane_type) \
             if self.copy_width else None
 
     def prepare_row(self, feature_value: FeatureLoader, out: ir.Buffer,
                     at: ir.Expr) -> list[ir.Stmt]:
+        return self._copies(feature_value, out, at, self.lane_type)
+
+    def _copies(self, feature_value: FeatureLoader, out: ir.Buffer, at: ir.Expr,
+                lane: ir.DType) -> list[ir.Stmt]:
+        """Stores of the row's copies at ``out[at:]``, values of type ``lane`` (a
+        narrow row is rounded to float32; its categories are coded from the row's own
+        values). Wide copies of narrow lanes keep a coded copy's row values as they
+        are: only numeric lanes read them (see :meth:`_narrow_test`)."""
         F, width = self.spec.compare, self.copy_width
+        M = ir.I32 if lane == ir.F32 else ir.I64
         window = getattr(feature_value, "window", None)
         if window is None:
             raise ScheduleError(f"the {self.name!r} representation reads rows a vector "
@@ -147,41 +170,69 @@ class MaskRepresentation(SparseRepresentation):
         row = window(ir.Iota(width))
         if row.dtype != F:
             row = ir.Cast(row, F)
+        wide_of_narrow = self.narrow and lane == F
         code: list[ir.Stmt] = []
         for k, region in enumerate(self.regions):
-            if region == "coded":
-                value = ir.Bitcast(decision.coded_category_operand(self.spec, row), F)
-            else:
-                value = row if region == "nan" else ir.Select(
-                    ir.IsNaN(row), ir.Const(-np.inf if region == "low" else 0.0, F), row)
-                if k == 0 and self._has("mask_categorical"):
-                    categorical = ir.VectorLoad(self._buffer("mask_categorical"), ir.i64(0),
-                                                width)
-                    value = ir.Select(ir.Cmp("ne", categorical, ir.Const(0, ir.I8)), ir.Bitcast(
-                        decision.coded_category_operand(self.spec, row), F), value)
+            value = row if region in ("nan", "coded") else ir.Select(
+                ir.IsNaN(row), ir.Const(-np.inf if region == "low" else 0.0, F), row)
+            if value.dtype != lane:
+                value = ir.Cast(value, lane)
+            coded = region == "coded" or (k == 0 and self._has("mask_categorical"))
+            if coded and not wide_of_narrow:
+                operand = ir.Bitcast(decision.coded_category_operand(self.spec, row, M), lane)
+                value = operand if region == "coded" else ir.Select(ir.Cmp(
+                    "ne", ir.VectorLoad(self._buffer("mask_categorical"), ir.i64(0), width),
+                    ir.Const(0, ir.I8)), operand, value)
             code.append(ir.Store(out, ir.BinOp("add", at, ir.i64(k * width)), value))
         return code
 
-    def _copies_test(self, code: list[ir.Stmt], stem: str, feature_value: FeatureLoader,
+    def _lane_values(self, code: list[ir.Stmt], stem: str, feature_value: FeatureLoader,
                      read) -> ir.Expr:
-        """Whether the row goes right at each node, read from the row's copies: those
-        the kernel prepared, else the walk's own."""
+        """Each lane's value from the row's copies: those the kernel prepared, else
+        the walk's own."""
         prepared = getattr(feature_value, "prepared", None)
         if prepared is None:
             size, dtype = self.prepared_row()
             prepared = (ir.Buffer(stem + "_row", dtype, size=size), ir.i64(0))
             code.append(ir.LocalArray(prepared[0]))
             code += self.prepare_row(feature_value, *prepared)
-        x = ir.Lookup(prepared[0], prepared[1], read("slot"),
-                      len(self.regions) * self.copy_width)
+        return ir.Lookup(prepared[0], prepared[1], read("slot"),
+                         len(self.regions) * self.copy_width)
+
+    def _copies_test(self, x: ir.Expr, read) -> ir.Expr:
+        """Whether the row goes right at each node, its lanes' values ``x``."""
         # Right where the compare fails (a NaN threshold: every categorical lane) and the
         # category test too (a 0 mask: every numeric lane).
         right: ir.Expr = ir.Not(ir.Cmp(_COMPARE[_numeric_op(self.spec)], x, read("threshold")))
         if not self._has("mask_cat"):
             return right
-        M = self.spec.mask_type
+        M = ir.I32 if x.dtype == ir.F32 else ir.I64
         return ir.BinOp("and", right, ir.Cmp(
             "eq", ir.BinOp("and", ir.Bitcast(x, M), read("cat")), ir.Const(0, M)))
+
+    def _narrow_test(self, bits: ir.Var, x: ir.Expr, stem: str,
+                     feature_value: FeatureLoader, read) -> list[ir.Stmt]:
+        """Statements correcting ``bits`` (from float32 lanes of a float64 forest)
+        where rounding left a compare undecided. Rounding to nearest keeps order:
+        ``round(x) < round(t)`` implies ``x < t`` and ``round(x) > round(t)`` implies
+        ``x > t``; only lanes where the two round alike are undecided, and those are
+        compared again in float64, from wide copies of the row made then (a branch
+        almost never taken: the row's value must lie within half a float32 step of
+        the threshold)."""
+        undecided = ir.Var(stem + "_undecided", bits.dtype)
+        code: list[ir.Stmt] = [ir.Declare(undecided, ir.LaneBits(
+            ir.Cmp("eq", x, read("threshold")), bits.dtype))]
+        wide = ir.Buffer(stem + "_wide", ir.F64, size=len(self.regions) * self.copy_width)
+        x64 = ir.Lookup(wide, ir.i64(0), read("slot"), len(self.regions) * self.copy_width)
+        right = ir.LaneBits(ir.Not(ir.Cmp(_COMPARE[_numeric_op(self.spec)], x64,
+                                          read("wide_threshold"))), bits.dtype)
+        zero = ir.Const(0, bits.dtype)
+        code.append(ir.If(ir.Cmp("ne", undecided, zero), [
+            ir.LocalArray(wide), *self._copies(feature_value, wide, ir.i64(0), ir.F64),
+            ir.Assign(bits, ir.BinOp("or", ir.BinOp("and", bits, ir.BinOp(
+                "xor", undecided, ir.Const(-1, bits.dtype))), ir.BinOp("and", right,
+                                                                    undecided)))]))
+        return code
 
     def code_leaf_value(self, tree: ir.Expr, node: ir.Expr, k: int,
                         feature_value: FeatureLoader) -> ir.Expr:
@@ -198,7 +249,8 @@ def one_compare(forest: Forest, precision: str) -> bool:
     if forest.n_trees == 0 or not stride(forest):
         return False
     spec = decision.DecisionSpec.of(forest, precision)
-    return _copy_plan(forest, spec, np.flatnonzero(~forest.is_leaf)) is not None
+    return _copy_plan(forest, spec, np.flatnonzero(~forest.is_leaf),
+                      spec.compare) is not None
 
 
 def stride(forest: Forest) -> int:
@@ -230,9 +282,12 @@ def _numeric_op(spec: decision.DecisionSpec) -> int:
     return numeric[0] if numeric else OP_LT
 
 
-def _copy_plan(forest: Forest, spec: decision.DecisionSpec, nodes: np.ndarray
-               ) -> tuple[int, tuple[str, ...], dict[str, np.ndarray], np.ndarray | None] | None:
-    """How lanes for global ``nodes`` (-1: padding) test the row with one operation:
+def _copy_plan(forest: Forest, spec: decision.DecisionSpec, nodes: np.ndarray,
+               lane: ir.DType) -> tuple[int, tuple[str, ...], dict[str, np.ndarray],
+                                        np.ndarray | None] | None:
+    """How lanes of type ``lane`` for global ``nodes`` (-1: padding) test the row with
+    one operation (float32 lanes of a float64 forest: see ``_narrow_test``; their
+    thresholds are rounded to nearest, with ``wide_threshold`` the exact ones):
     (the lanes of a copy, a whole number of 512-bit registers holding every feature;
     the copies, in order; the lane tables; which features the first copy holds coded,
     or None). The tables: ``threshold`` (NaN on categorical lanes, which fails every
@@ -273,7 +328,7 @@ def _copy_plan(forest: Forest, spec: decision.DecisionSpec, nodes: np.ndarray
     both = np.isin(forest.feature[n[numeric]], np.flatnonzero(features)).any()
     if not regions or both:
         regions.append("coded")
-    per = 512 // spec.compare.bits
+    per = 512 // lane.bits
     width = max(per, -(-forest.n_features // per) * per)
     if len(regions) * width > MAX_COPIES:
         return None
@@ -282,12 +337,17 @@ def _copy_plan(forest: Forest, spec: decision.DecisionSpec, nodes: np.ndarray
         if regions[k] != "coded":
             region[serves[regions[k]]] = k
     region[cat] = regions.index("coded") if "coded" in regions else 0
-    float_type = np.float32 if spec.compare == ir.F32 else np.float64
-    fields = {"threshold": np.where(numeric, t, np.where(cat, np.nan, 0.0)).astype(float_type),
-              "slot": np.where(real, forest.feature[n] + region * width, 0).astype(np.int32)}
+    exact = np.where(numeric, t, np.where(cat, np.nan, 0.0))
+    with np.errstate(over="ignore"):  # beyond float32's range: infinities, in order
+        fields = {"threshold": exact.astype(np.float32 if lane == ir.F32 else np.float64),
+                  "slot": np.where(real, forest.feature[n] + region * width,
+                                   0).astype(np.int32)}
+    if lane != spec.compare:
+        fields["wide_threshold"] = exact
     coded_first = None
     if spec.has_categorical:
-        masks = decision.coded_category_masks(forest, spec, nodes)
+        masks = decision.coded_category_masks(forest, spec, nodes,
+                                              ir.I32 if lane == ir.F32 else ir.I64)
         if masks is None:
             return None
         fields["cat"] = masks.view(np.int32 if masks.dtype == np.uint32 else np.int64)
