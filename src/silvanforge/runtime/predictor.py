@@ -183,11 +183,13 @@ MAX_ARRAY_PADDING = 4
 # cores, where lleaves takes 2.8-4.9 and 72 s; 61,000 nodes run 3x faster as code.
 MAX_CODE_NODES = 100_000
 # Masks are the default up to this stride: trees of up to 31 splits, LightGBM's default
-# 31 leaves (1 thread, 64 / 1024 rows, mask's time over code's: nyc-taxi-like 0.56 /
-# 0.50, airline-cat-like 0.82 / 0.78, mtpl2-like 0.89 / 0.90, a 1000-tree model of 28
-# numeric features 0.83 / 0.76). Strides of 64 lanes (up to 63 splits) take twice the
-# registers a test: 63 leaves on 5 features 0.87 / 0.92, on 28 features 1.24 / 1.15, 48
-# leaves on 13 features 1.03 / 1.22, so those stay code.
+# 31 leaves (1 thread, mask's time over code's at 1 / 64 / 1024 rows: nyc-taxi-like
+# 0.88-0.95 / 0.41-0.44 / 0.40-0.44, airline-cat-like 0.88-1.07 / 0.53-0.59 /
+# 0.54-0.55, mtpl2-like 0.73-0.77 / 0.59-0.62 / 0.61-0.62, a 1000-tree model of 28
+# numeric features 0.57 / 0.48 / 0.49). Strides of 64 lanes (32-63 splits) test twice
+# the registers and match twice the leaves: 63 leaves on 5 features 1.23 / 0.62 / 0.69,
+# on 28 features 1.45 / 0.94 / 0.87, 48 leaves on 13 features 1.28 / 0.85 / 0.88; a
+# quarter to a half slower at one row, so those stay code.
 MAX_DEFAULT_LANES = 32
 
 
