@@ -216,7 +216,7 @@ def test_save_load_and_pickle_reuse_the_machine_code(forest, tmp_path, monkeypat
     def no_compiling(*args, **kwargs):
         raise AssertionError("recompiled")
 
-    monkeypatch.setattr(runtime, "compile_kernel", no_compiling)
+    monkeypatch.setattr(runtime, "compile_kernels", no_compiling)
     for loaded in (silvanforge.load_predictor(path), pickle.loads(pickle.dumps(predictor))):
         assert loaded.options == predictor.options
         np.testing.assert_array_equal(loaded.predict(X), predictor.predict(X))

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from ..backends.cpu import CompiledKernel, RowsLayout, Target, compile_kernel
+from ..backends.cpu import CompiledKernel, RowsLayout, Target, compile_kernels
 from ..errors import BackendError, InputError, ModelFormatError, SilvanForgeError
 from ..frontends import load
 from ..lir import finish as kernel_finish, lower as lir_lower
@@ -113,12 +113,24 @@ class _Kernel:
                                                        self.lir.params)
             except BackendError as exc:
                 warnings.warn(f"recompiling: {exc}", stacklevel=4)
-        if self.code is None:
-            self.code = compile_kernel(self.lir, opt=_OPT_LEVEL.get(representation.name, 2))
-        # The model buffers never change: they are bound into the entry once. The entry
-        # checks the rows itself (the module docstring of backends/cpu/entry.py).
-        self.call = self.code.entry(model_args, RowsLayout(forest.n_features,
-                                                           forest.input_dtype))
+        self._entry = (model_args, RowsLayout(forest.n_features, forest.input_dtype))
+
+    def bind(self, code: CompiledKernel | None = None) -> None:
+        """Take ``code`` (when the kernel was not reloaded) and build the entry. The
+        model buffers never change: they are bound into the entry once. The entry
+        checks the rows itself (the module docstring of backends/cpu/entry.py)."""
+        self.code = code or self.code
+        self.call = self.code.entry(*self._entry)
+
+
+def _compiled(kernels: list[_Kernel], representation: str) -> None:
+    """Compile the kernels that were not reloaded, together (the small-batch kernel by
+    a worker while this process builds the main one), and bind every kernel."""
+    todo = [k for k in kernels if k.code is None]
+    codes = compile_kernels([k.lir for k in todo],
+                            opt=_OPT_LEVEL.get(representation, 2)) if todo else []
+    for kernel in kernels:
+        kernel.bind(codes.pop(0) if kernel.code is None else None)
 
 
 def _object_files(archive: Any, kernel: int) -> tuple[bytes, ...]:
@@ -315,6 +327,7 @@ class Predictor(ForestShape):
         with gc_pause.paused():  # lowering builds many objects (even when loading)
             kernels = [_Kernel(forest, self.representation, schedule, code, target,
                                addresses) for schedule, code in zip(schedules, codes)]
+            _compiled(kernels, options.representation)
         self._main = kernels[0]
         self._small = kernels[1] if len(kernels) > 1 else None
         # (Predictors saved before sized_threads existed said so by their small kernel.)
@@ -490,8 +503,9 @@ def compile(model: Any, target: str = "cpu", schedule: Any = None,
     "xgboost", "one_tree_at_a_time", "tree_parallel"), schedule text, or a Schedule.
     ``representation``: "array", "sparse", "reorg", "code" (trees as code; its
     default schedule is "code_rows") or "mask" (a tree's splits tested at once as
-    vectors, CPU only; its default schedule is "xgboost"). ``precision``: "float32" or
-    "float64" thresholds (default: the model's input precision, which keeps parity).
+    vectors, CPU only; its default schedule is "xgboost" with ``cache(b0)``, each row
+    block prepared once). ``precision``: "float32" or "float64" thresholds (default: the
+    model's input precision, which keeps parity).
     ``n_jobs``: threads for parallel loops (default: the CPUs this process may use).
     ``schedule`` may also be a tuned ``silvanforge.tune.Configuration`` (keywords given
     here win over its own) or "auto": the tuning cache's configuration for this model,

@@ -6,7 +6,8 @@
 """
 
 from .entry import RowsLayout
-from .jit import CompiledKernel, Target, compile_kernel
+from .jit import CompiledKernel, Target, compile_kernel, compile_kernels
 from .llvm import render_module
 
-__all__ = ["compile_kernel", "CompiledKernel", "RowsLayout", "Target", "render_module"]
+__all__ = ["compile_kernel", "compile_kernels", "CompiledKernel", "RowsLayout", "Target",
+           "render_module"]

@@ -83,12 +83,10 @@ def compile_kernel(kernel: ir.Kernel, *, opt: int = 2) -> "CompiledKernel":
     >>> a
     array([0., 2., 4.])
     """
-    parallel = any(isinstance(s, ir.For) and s.parallel for s in walk_stmts(kernel.body))
     target = Target.host()
     pieces = _Pieces(target, opt) if build.cores() > 1 else None
     try:
-        module = render_module(kernel, openmp=parallel and openmp.runtime() is not None,
-                               outlined=pieces, avx512="avx512f" in target.enabled())
+        module = _render(kernel, target, pieces)
     except BaseException:
         if pieces is not None and pieces.build is not None:
             pieces.build.close()  # its threads stop; what they build is dropped
@@ -103,6 +101,40 @@ def compile_kernel(kernel: ir.Kernel, *, opt: int = 2) -> "CompiledKernel":
         raise BackendError(f"kernel {kernel.name}: invalid LLVM IR: {exc}") from None
     return CompiledKernel(tuple(obj for obj, _ in built), target, kernel.name,
                           kernel.params, llvm_ir="\n".join(text for _, text in built))
+
+
+def _render(kernel: ir.Kernel, target: Target, pieces: "_Pieces | None" = None) -> ll.Module:
+    """The LLVM module of ``kernel`` for ``target`` (its outlined functions handed to
+    ``pieces`` when given)."""
+    parallel = any(isinstance(s, ir.For) and s.parallel for s in walk_stmts(kernel.body))
+    return render_module(kernel, openmp=parallel and openmp.runtime() is not None,
+                         outlined=pieces, avx512="avx512f" in target.enabled())
+
+
+def compile_kernels(kernels: Sequence[ir.Kernel], *, opt: int = 2) -> list["CompiledKernel"]:
+    """Compile several kernels at level ``opt``: each after the first is built by a
+    worker process while this one builds the first (a predictor's main and small-batch
+    kernels), where the machine has more than one core; one kernel is
+    :func:`compile_kernel`'s (its own pieces in parallel).
+
+    >>> ks = [ir.Kernel(name, [], []) for name in ("a", "b")]
+    >>> [k.name for k in compile_kernels(ks)]
+    ['a', 'b']
+    """
+    if len(kernels) < 2 or build.cores() < 2:
+        return [compile_kernel(k, opt=opt) for k in kernels]
+    target = Target.host()
+    modules = [str(_render(kernel, target)) for kernel in kernels]
+    job = build.ParallelBuild(target.triple, target.cpu, target.features, opt)
+    for text in modules[1:]:
+        job.submit(text)
+    try:
+        built = job.finish(modules[0])
+    except build.BuildError as exc:
+        raise BackendError(f"kernels {', '.join(k.name for k in kernels)}: invalid LLVM "
+                           f"IR: {exc}") from None
+    return [CompiledKernel((obj,), target, k.name, k.params, llvm_ir=text)
+            for k, (obj, text) in zip(kernels, built)]
 
 
 class _Pieces:
