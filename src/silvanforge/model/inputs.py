@@ -74,10 +74,6 @@ def as_rows(X: Any, forest: Any) -> np.ndarray:
 
     An array that already has that dtype and layout is returned as it is, not copied.
     """
-    if type(X) is np.ndarray and X.ndim == 2 and X.dtype == forest.input_dtype \
-            and X.shape[1] == forest.n_features and X.flags.c_contiguous \
-            and X.flags.aligned:
-        return X  # the common case, checked first
     if type(X) is np.ndarray:
         arr = X  # skips the checks for frames and sparse matrices (a row's call counts)
     elif _is_dataframe(X):
