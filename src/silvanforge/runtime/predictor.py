@@ -333,7 +333,7 @@ class Predictor(ForestShape):
         # (Predictors saved before sized_threads existed said so by their small kernel.)
         self._sized = options.sized_threads or self._small is not None
         self._finish = kernel_finish.modes(forest)
-        # Results the library returns as a vector are allocated as one: no reshaping.
+        self._n_jobs = options.n_jobs
         self._flat = forest.flat_output and forest.n_outputs == 1
 
     @property
@@ -361,44 +361,53 @@ class Predictor(ForestShape):
 
         >>> predictor.predict(X, output="margin")                # doctest: +SKIP
         """
+        # A one-row call spends as long here as in a 100-tree kernel (higgs), so the
+        # common case, an ndarray the kernel takes as it is, runs the fewest steps.
         finish = self._finish.get(output)
         if finish is None:
             check_output(output)
         if n_jobs is None:
-            threads = self.options.n_jobs
+            threads = self._n_jobs
         else:
             threads = int(n_jobs)
             if threads < 1:
                 raise InputError(f"n_jobs must be at least 1, not {threads}")
-        if finish != _SCORE:
-            return self._run(X, threads, finish, self._flat)
-        return transformed(self.forest, self._run(X, threads, finish, False))
-
-    def _run(self, X: Any, threads: int, finish: int, flat: bool) -> np.ndarray:
-        """The kernel's result for the rows ``X``, finished as ``finish`` says; one row a
-        value when ``flat`` (one output), else one row a row of outputs."""
         # A 2-D ndarray goes to the kernel as it is, whose entry checks the rest of its
         # layout; one that does not fit, and anything else, is converted first.
         rows = X if type(X) is np.ndarray and X.ndim == 2 else as_rows(X, self.forest)
         n = len(rows)
-        result = np.zeros(n) if flat else np.zeros((n, self.forest.n_outputs))
-        kernel = self._main
-        if self._small is not None and n <= SMALL_BATCH:
+        # Results the library returns as a vector are allocated as one (no reshaping);
+        # scores that numpy transforms are rows of outputs.
+        result = np.zeros(n) if self._flat and finish != _SCORE else \
+            np.zeros((n, self.forest.n_outputs))
+        if n <= SMALL_BATCH and self._small is not None:
             kernel, threads = self._small, 1
-        elif self._sized:
-            # The schedule is SilvanForge's (row blocks in parallel): size the call.
-            threads = max(1, min(threads, n // MIN_ROWS_PER_THREAD))
+        else:
+            kernel = self._main
+            # A schedule of SilvanForge's (row blocks in parallel): sized to the call.
+            if self._sized and n < threads * MIN_ROWS_PER_THREAD:
+                threads = n // MIN_ROWS_PER_THREAD or 1
+        if not (n and not kernel.has_scratch and kernel.call(rows, n, result, threads,
+                                                              finish)):
+            self._run_again(X, rows, result, kernel, threads, finish)
+        return result if finish != _SCORE else transformed(self.forest, result)
+
+    def _run_again(self, X: Any, rows: np.ndarray, result: np.ndarray, kernel: _Kernel,
+                   threads: int, finish: int) -> None:
+        """Fill ``result`` where :meth:`predict`'s one call did not: no rows, a kernel
+        with scratch buffers, rows the entry refused (converted here)."""
+        n = len(rows)
         if n == 0:
             as_rows(X, self.forest)  # an empty input with wrong columns is still wrong
-            return result
+            return
         args = [np.zeros(s) for s in lir_lower.scratch_shapes(
             kernel.mir, n, self.forest.n_outputs)] if kernel.has_scratch else []
+        if kernel.has_scratch and kernel.call(rows, n, result, *args, threads, finish):
+            return
+        rows = as_rows(X, self.forest)
         if not kernel.call(rows, n, result, *args, threads, finish):
-            rows = as_rows(X, self.forest)
-            if not kernel.call(rows, n, result, *args, threads, finish):
-                raise BackendError(f"the kernel refused rows converted for it: "
-                                   f"{rows.dtype} {rows.shape} {rows.flags}")
-        return result
+            raise BackendError(f"the kernel refused rows converted for it: "
+                               f"{rows.dtype} {rows.shape} {rows.flags}")
 
     def dump(self, level: str) -> str:
         """The text of one compiler level: "hir", "mir", "lir" or "llvm".
