@@ -525,22 +525,44 @@ def test_entries_survive_garbage_collection():
     np.testing.assert_array_equal(out, [3, 3, 3])
 
 
-def test_entry_releases_the_gil():
-    # The kernel spins until another Python thread sets flag[0], counting its turns in
-    # flag[1] up to a bound (so that a held GIL fails the test instead of hanging it).
-    # Level 0: no pass may hoist the load out of the loop.
-    flag, limit = ir.Buffer("flag", ir.I64), 10**9
+def spin_kernel(limit: int, rows: bool = False) -> ir.Kernel:
+    """A kernel spinning until another Python thread sets flag[0], counting its turns in
+    flag[1] up to ``limit`` (so that a held GIL fails a test instead of hanging it);
+    with ``rows``, rows and their count come first (unread). Compile at level 0: no
+    pass may hoist the load out of the loop."""
+    flag = ir.Buffer("flag", ir.I64)
     turns = ir.Load(flag, ir.i64(1))
-    spin = ir.Kernel("spin", [flag], [ir.While(
+    params = ([ir.Buffer("rows", ir.F32, readonly=True), N] if rows else []) + [flag]
+    return ir.Kernel("spin", params, [ir.While(
         b("and", ir.Cmp("eq", ir.Load(flag, ir.i64(0)), ir.i64(0)),
           ir.Cmp("lt", turns, ir.i64(limit))),
         [ir.Store(flag, ir.i64(1), b("add", turns, ir.i64(1)))])])
+
+
+def spin_turns(call_, *args) -> int:
+    """The turns a spin kernel's entry took with a thread setting its flag at 50 ms."""
     raw = np.zeros(2, np.int64)
     setter = threading.Timer(0.05, lambda: raw.__setitem__(0, 1))
     setter.start()
-    compile_kernel(spin, opt=0).entry()(raw)
+    assert call_(*args, raw) is True
     setter.join()
-    assert raw[1] < limit
+    return int(raw[1])
+
+
+def test_entry_releases_the_gil():
+    limit = 10**9
+    assert spin_turns(compile_kernel(spin_kernel(limit), opt=0).entry()) < limit
+
+
+def test_entry_keeps_the_gil_for_few_rows():
+    # Fewer rows than hold_gil_below: the other thread cannot run before the kernel
+    # ends, so the kernel spins to its limit; as many rows: it is released.
+    limit = 3 * 10**8
+    call_ = compile_kernel(spin_kernel(limit, rows=True), opt=0).entry(
+        rows=RowsLayout(1, np.dtype(np.float32), hold_gil_below=2))
+    rows = np.zeros((2, 1), np.float32)
+    assert spin_turns(call_, rows[:1], 1) == limit
+    assert spin_turns(call_, rows, 2) < limit
 
 
 def test_a_repeated_math_call_is_rendered_once():

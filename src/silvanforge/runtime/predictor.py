@@ -65,6 +65,9 @@ SMALL_BATCH = 8
 # calls, 262 vs 318 µs at 256), so a call of the default (row-parallel) schedule uses at
 # most one thread per this many rows.
 MIN_ROWS_PER_THREAD = 128
+# A call of fewer walks (rows x trees) than this keeps the GIL (backends/cpu/entry.py):
+# about a microsecond of work, where releasing the GIL and taking it back costs 0.1.
+HOLD_GIL_WALKS = 1024
 
 
 @dataclass(frozen=True)
@@ -113,7 +116,8 @@ class _Kernel:
                                                        self.lir.params)
             except BackendError as exc:
                 warnings.warn(f"recompiling: {exc}", stacklevel=4)
-        self._entry = (model_args, RowsLayout(forest.n_features, forest.input_dtype))
+        self._entry = (model_args, RowsLayout(forest.n_features, forest.input_dtype,
+                                              HOLD_GIL_WALKS // forest.n_trees))
 
     def bind(self, code: CompiledKernel | None = None) -> None:
         """Take ``code`` (when the kernel was not reloaded) and build the entry. The

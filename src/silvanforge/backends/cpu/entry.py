@@ -14,6 +14,9 @@ the predictor's Python did (0.2-0.4 µs of a one-row call): a C-contiguous, alig
 array of the model's input dtype, as many rows as the second argument says and one
 column a feature. Rows that fit run and the entry returns True; any other array runs
 nothing and returns False, and the caller converts it (or names what is wrong with it).
+Calls of fewer rows than the layout's ``hold_gil_below`` keep the GIL, as numpy keeps it
+for short loops: releasing and taking it back costs about 0.1 µs here, a tenth of a
+one-row call through 100 trees, and lets no other thread do much in between.
 
 Python builds whose object layout differs (free-threaded or debug CPython, PyPy) are
 detected by probing an array; there :func:`kernel_entry` falls back to the ctypes
@@ -52,6 +55,7 @@ class RowsLayout:
 
     n_features: int
     dtype: np.dtype
+    hold_gil_below: int = 0  # calls of fewer rows run without releasing the GIL
 
     def fits(self, rows: np.ndarray, n_rows: int) -> bool:
         """Python's form of the entry's own check."""
@@ -184,6 +188,14 @@ def _module(free: Sequence[ir.Buffer | ir.Var], bound: Sequence[int], kernel: in
         order = field(descr, offsets.byteorder, lir.IntType(8))
         check(builder.icmp_signed("==", order, lir.IntType(8)(ord("="))), unfit)
     values += [builder.inttoptr(_I64(address), _PTR) for address in bound]
+    if rows is not None and rows.hold_gil_below > 0:
+        held, released = fn.append_basic_block("held"), fn.append_basic_block("released")
+        builder.cbranch(builder.icmp_signed("<", values[1], _I64(rows.hold_gil_below)),
+                        held, released)
+        builder.position_at_end(held)
+        _call(builder, kernel, lir.VoidType(), values)
+        give(True)
+        builder.position_at_end(released)
     state = _call(builder, _function("PyEval_SaveThread"), _PTR, [])
     _call(builder, kernel, lir.VoidType(), values)
     _call(builder, _function("PyEval_RestoreThread"), lir.VoidType(), [state])
