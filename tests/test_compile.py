@@ -124,20 +124,30 @@ def test_ctypes_entry_predicts_as_the_builtin_entry(forest, seed):
             np.testing.assert_array_equal(fallback.predict(rows, output=output), expected)
 
 
+@pytest.mark.parametrize("policy", [None, "PASSIVE"])
 @pytest.mark.parametrize("representation", [None, "code", "mask"])
-def test_default_schedule_sizes_threads_to_the_batch(forest, monkeypatch, representation):
+def test_default_schedule_sizes_threads_to_the_batch(forest, monkeypatch, representation,
+                                                      policy):
     # Also for representations without a small-batch kernel: a thread with no rows of
-    # its own only costs its wake-up.
+    # its own only costs its wake-up, and sleeping threads cost more (OMP_WAIT_POLICY).
     from silvanforge.runtime import predictor as runtime
 
+    if policy is None:
+        monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+        rows = runtime.MIN_ROWS_PER_THREAD
+    else:
+        monkeypatch.setenv("OMP_WAIT_POLICY", policy)
+        rows = -(-runtime.MIN_WALKS_PER_SLEEPING_THREAD // forest.n_trees)
+        assert rows > runtime.MIN_ROWS_PER_THREAD
     predictor = silvanforge.compile(forest, n_jobs=2, representation=representation)
+    assert runtime.rows_per_thread(forest) == rows
     # The default schedule has no scratch buffers: the thread count is argument 3.
     calls = []
     real = predictor._main.call
     monkeypatch.setattr(predictor._main, "call",
                         lambda *a: (calls.append(a[3]), real(*a))[1])
-    X = np.zeros((runtime.MIN_ROWS_PER_THREAD * 2, 3), np.float32)
-    predictor.predict(X[:runtime.MIN_ROWS_PER_THREAD])
+    X = np.zeros((rows * 2, 3), np.float32)
+    predictor.predict(X[:rows * 2 - 1])
     predictor.predict(X)
     assert calls == [1, 2]
     explicit = silvanforge.compile(forest, schedule="default", n_jobs=2)

@@ -60,11 +60,32 @@ _SCORE = kernel_finish.SCORE
 # small vs main kernel: 1 row 4.4 vs 13; 4 rows 7.5 vs 13.5; 8 rows 13 vs 15; 12 rows 16
 # vs 11.6, a full block).
 SMALL_BATCH = 8
-# A thread pays for waking up only with enough rows of its own (higgs, 2 threads against
-# 1: 130 vs 90 µs at 64 rows and 175 vs 169 µs at 128 when OpenMP threads sleep between
-# calls, 262 vs 318 µs at 256), so a call of the default (row-parallel) schedule uses at
-# most one thread per this many rows.
+# A thread pays for waking up only with enough rows of its own, so a call of the default
+# (row-parallel) schedule uses at most one thread per this many rows. Threads that spin
+# between calls (OpenMP's default) wake at once: 2 threads against 1 at 128 rows, 1.47x
+# on higgs, 1.37x nyc-taxi-like, 1.47x mtpl2-like (fewer rows are one 64-row block).
 MIN_ROWS_PER_THREAD = 128
+# Threads that sleep between calls (OMP_WAIT_POLICY=passive) cost 100-250 µs a call to
+# wake on this VM (an empty 2-thread libgomp region: 110-140 µs), so each must get this
+# many walks (rows x trees) too. 2 threads against 1, PASSIVE: higgs (100 trees) 0.60x
+# at 256 rows, 0.90x at 512, 1.23x at 1024, 1.41x at 2048, 1.72x at 4096; nyc-taxi-like
+# 0.54x at 512, 0.84x at 2048, 1.39x at 4096; mtpl2-like (1000 trees) 1.23x at 128, 1.55x
+# at 256.
+MIN_WALKS_PER_SLEEPING_THREAD = 150_000
+
+
+def rows_per_thread(forest: Forest) -> int:
+    """The fewest rows a thread of a default-schedule call gets: ``MIN_ROWS_PER_THREAD``,
+    or with sleeping OpenMP threads enough for ``MIN_WALKS_PER_SLEEPING_THREAD`` walks.
+
+    >>> rows_per_thread(forest)                              # doctest: +SKIP
+    128
+    """
+    if os.environ.get("OMP_WAIT_POLICY", "").strip().lower() != "passive":
+        return MIN_ROWS_PER_THREAD
+    return max(MIN_ROWS_PER_THREAD, -(-MIN_WALKS_PER_SLEEPING_THREAD // forest.n_trees))
+
+
 # A call of fewer walks (rows x trees) than this keeps the GIL (backends/cpu/entry.py):
 # about a microsecond of work, where releasing the GIL and taking it back costs 0.1.
 HOLD_GIL_WALKS = 1024
@@ -76,7 +97,7 @@ class Options:
 
     ``small_schedule`` (when set) is compiled too and serves batches of up to
     ``SMALL_BATCH`` rows; it is set when the user leaves the schedule to SilvanForge.
-    ``sized_threads``: a call uses at most one thread per ``MIN_ROWS_PER_THREAD`` rows
+    ``sized_threads``: a call uses at most one thread per :func:`rows_per_thread` rows
     (set, as is a small schedule, when the schedule is SilvanForge's: its row blocks
     run in parallel). ``tile_size`` > 1 walks tiles of that many nodes, tiled ``tiling``
     ("uniform", or "probability" from a profile: the predictor then keeps the tiling
@@ -336,6 +357,7 @@ class Predictor(ForestShape):
         self._small = kernels[1] if len(kernels) > 1 else None
         # (Predictors saved before sized_threads existed said so by their small kernel.)
         self._sized = options.sized_threads or self._small is not None
+        self._rows_per_thread = rows_per_thread(forest)
         self._finish = kernel_finish.modes(forest)
         self._n_jobs = options.n_jobs
         self._flat = forest.flat_output and forest.n_outputs == 1
@@ -360,8 +382,10 @@ class Predictor(ForestShape):
 
         ``n_jobs`` overrides the thread count given to ``compile`` for this call. With the
         schedule left to SilvanForge, a call uses at most one thread per 128 rows (a
-        thread with fewer costs more to wake than it saves); an explicit schedule gets
-        exactly ``n_jobs`` threads.
+        thread with fewer costs more to wake than it saves), and under
+        ``OMP_WAIT_POLICY=passive``, whose threads sleep between calls, one per 150,000
+        walks (rows x trees) as well; an explicit schedule gets exactly ``n_jobs``
+        threads.
 
         >>> predictor.predict(X, output="margin")                # doctest: +SKIP
         """
@@ -389,8 +413,8 @@ class Predictor(ForestShape):
         else:
             kernel = self._main
             # A schedule of SilvanForge's (row blocks in parallel): sized to the call.
-            if self._sized and n < threads * MIN_ROWS_PER_THREAD:
-                threads = n // MIN_ROWS_PER_THREAD or 1
+            if self._sized and n < threads * self._rows_per_thread:
+                threads = n // self._rows_per_thread or 1
         if not (n and not kernel.has_scratch and kernel.call(rows, n, result, threads,
                                                               finish)):
             self._run_again(X, rows, result, kernel, threads, finish)
