@@ -70,8 +70,9 @@ MIN_ROWS_PER_THREAD = 128
 # many walks (rows x trees) too. 2 threads against 1, PASSIVE: higgs (100 trees) 0.60x
 # at 256 rows, 0.90x at 512, 1.23x at 1024, 1.41x at 2048, 1.72x at 4096; nyc-taxi-like
 # 0.54x at 512, 0.84x at 2048, 1.39x at 4096; mtpl2-like (1000 trees) 1.23x at 128, 1.55x
-# at 256.
-MIN_WALKS_PER_SLEEPING_THREAD = 150_000
+# at 256. Between those break-evens: 100-tree models take 2 threads from 2400 rows,
+# 1000-tree ones from 240.
+MIN_WALKS_PER_SLEEPING_THREAD = 120_000
 
 
 def rows_per_thread(forest: Forest) -> int:
@@ -383,7 +384,7 @@ class Predictor(ForestShape):
         ``n_jobs`` overrides the thread count given to ``compile`` for this call. With the
         schedule left to SilvanForge, a call uses at most one thread per 128 rows (a
         thread with fewer costs more to wake than it saves), and under
-        ``OMP_WAIT_POLICY=passive``, whose threads sleep between calls, one per 150,000
+        ``OMP_WAIT_POLICY=passive``, whose threads sleep between calls, one per 120,000
         walks (rows x trees) as well; an explicit schedule gets exactly ``n_jobs``
         threads.
 
