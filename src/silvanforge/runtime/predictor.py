@@ -84,7 +84,8 @@ def rows_per_thread(forest: Forest) -> int:
     """
     if os.environ.get("OMP_WAIT_POLICY", "").strip().lower() != "passive":
         return MIN_ROWS_PER_THREAD
-    return max(MIN_ROWS_PER_THREAD, -(-MIN_WALKS_PER_SLEEPING_THREAD // forest.n_trees))
+    walks = MIN_WALKS_PER_SLEEPING_THREAD
+    return max(MIN_ROWS_PER_THREAD, -(-walks // max(1, forest.n_trees)))
 
 
 # A call of fewer walks (rows x trees) than this keeps the GIL (backends/cpu/entry.py):
@@ -139,7 +140,7 @@ class _Kernel:
             except BackendError as exc:
                 warnings.warn(f"recompiling: {exc}", stacklevel=4)
         self._entry = (model_args, RowsLayout(forest.n_features, forest.input_dtype,
-                                              HOLD_GIL_WALKS // forest.n_trees))
+                                              HOLD_GIL_WALKS // max(1, forest.n_trees)))
 
     def bind(self, code: CompiledKernel | None = None) -> None:
         """Take ``code`` (when the kernel was not reloaded) and build the entry. The
