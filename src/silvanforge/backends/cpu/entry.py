@@ -55,7 +55,7 @@ class RowsLayout:
 
     n_features: int
     dtype: np.dtype
-    hold_gil_below: int = 0  # calls of fewer rows run without releasing the GIL
+    hold_gil_below: int = 0  # fewer rows keep the GIL (the builtin; ctypes releases it)
 
     def fits(self, rows: np.ndarray, n_rows: int) -> bool:
         """Python's form of the entry's own check."""
