@@ -361,7 +361,6 @@ class Predictor(ForestShape):
         self._sized = options.sized_threads or self._small is not None
         self._rows_per_thread = rows_per_thread(forest)
         self._finish = kernel_finish.modes(forest)
-        self._n_jobs = options.n_jobs
         self._flat = forest.flat_output and forest.n_outputs == 1
 
     @property
@@ -397,7 +396,7 @@ class Predictor(ForestShape):
         if finish is None:
             check_output(output)
         if n_jobs is None:
-            threads = self._n_jobs
+            threads = self.options.n_jobs
         else:
             threads = int(n_jobs)
             if threads < 1:
