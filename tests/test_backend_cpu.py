@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import importlib
 import threading
 import warnings
 
@@ -12,11 +13,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from silvanforge.backends import get_backend
+from silvanforge.backends import target_info
 from silvanforge.backends.cpu.llvm import render_module
 from silvanforge.backends.cpu import (CompiledKernel, RowsLayout, Target, build, compile_kernel,
                                      entry, jit, openmp)
-from silvanforge.errors import BackendError, SilvanForgeWarning
+from silvanforge.errors import BackendError, InputError, SilvanForgeWarning
 from silvanforge.lir import ir
 from silvanforge.lir.printer import print_lir
 from util import unaligned
@@ -585,10 +586,13 @@ def test_optimisation_levels(opt):
     check_parallel(k, 0, 7, 1)
 
 
-def test_backend_registry():
-    assert get_backend("cpu").compile_kernel is compile_kernel
-    with pytest.raises(BackendError, match="unknown backend"):
-        get_backend("tpu")
+def test_target_registry():
+    assert target_info("cpu").device == "cpu"
+    assert importlib.import_module(target_info("cpu").backend).compile_kernel \
+        is compile_kernel
+    assert {target_info(t).device for t in ("opencl", "cuda")} == {"gpu"}
+    with pytest.raises(InputError, match="unknown target 'tpu'"):
+        target_info("tpu")
 
 
 # ---- printer --------------------------------------------------------------------------

@@ -67,7 +67,7 @@ def test_code_equals_reference(forest, seed, which, n_jobs):
 @given(forest=random_forests(), seed=st.integers(0, 2**32 - 1))
 def test_default_code_schedule_equals_reference(forest, seed):
     predictor = silvanforge.compile(forest, representation="code", n_jobs=2)
-    assert predictor.options.small_schedule is None
+    assert predictor.plan.small_schedule is None
     assert "unroll(t1)" in str(predictor.schedule)
     for n in (1, 64, 65, 150):
         check(predictor, forest, probe_rows(forest, seed, n))

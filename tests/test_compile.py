@@ -96,13 +96,13 @@ def test_every_schedule_and_batch_size(forest, representation):
 @pytest.mark.parametrize("representation", REPRESENTATIONS)
 def test_small_batches_take_their_own_kernel(forest, representation):
     predictor = silvanforge.compile(forest, representation=representation, n_jobs=2)
-    assert "interleave(t1)" in predictor.options.small_schedule
+    assert "interleave(t1)" in str(predictor.plan.small_schedule)
     rng = np.random.default_rng(6)
     for n in range(0, 20):
         X = rng.normal(size=(n, 3))
         np.testing.assert_allclose(predictor.predict(X), reference.predict(forest, X),
                                    rtol=1e-12, err_msg=f"{n} rows")
-    assert silvanforge.compile(forest, schedule="default").options.small_schedule is None
+    assert silvanforge.compile(forest, schedule="default").plan.small_schedule is None
 
 
 @settings(max_examples=6, deadline=None)
@@ -130,7 +130,7 @@ def test_default_schedule_sizes_threads_to_the_batch(forest, monkeypatch, repres
                                                       policy):
     # Also for representations without a small-batch kernel: a thread with no rows of
     # its own only costs its wake-up, and sleeping threads cost more (OMP_WAIT_POLICY).
-    from silvanforge.runtime import predictor as runtime
+    from silvanforge.plan import planner as runtime
 
     if policy is None:
         monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
@@ -162,7 +162,7 @@ def test_the_schedule_drives_the_loop_nest(forest):
     predictors = {name: silvanforge.compile(forest, schedule=s, n_jobs=1)
                   for name, s in schedules(forest).items()}
     # Distinct schedules ("default" is XGBoost's) give distinct loop nests.
-    mir = {p.options.schedule: p.dump("mir") for p in predictors.values()}
+    mir = {str(p.plan.schedule): p.dump("mir") for p in predictors.values()}
     assert len(set(mir.values())) == len(mir) >= 12
     assert "parallel for" in predictors["xgboost"].dump("mir")
     assert "reduce_dimension" in predictors["tree_parallel"].dump("mir")
@@ -228,7 +228,7 @@ def test_save_load_and_pickle_reuse_the_machine_code(forest, tmp_path, monkeypat
 
     monkeypatch.setattr(runtime, "compile_kernels", no_compiling)
     for loaded in (silvanforge.load_predictor(path), pickle.loads(pickle.dumps(predictor))):
-        assert loaded.options == predictor.options
+        assert loaded.plan == predictor.plan
         np.testing.assert_array_equal(loaded.predict(X), predictor.predict(X))
         assert loaded.dump("mir") == predictor.dump("mir")
 
@@ -241,7 +241,7 @@ def test_a_foreign_cpu_recompiles(forest, tmp_path):
     fake = Target(predictor.kernel.target.triple, "future-cpu",
                   predictor.kernel.target.features + ",+imaginary-feature")
     with pytest.warns(UserWarning, match="recompiling"):
-        again = Predictor(forest, predictor.options, (predictor.kernel.object_code,), fake)
+        again = Predictor(predictor.plan, (predictor.kernel.object_code,), fake)
     X = np.zeros((4, 3))
     np.testing.assert_array_equal(again.predict(X), predictor.predict(X))
 
@@ -388,14 +388,14 @@ def chain(depth: int) -> "Tree":
 
 def test_default_representation_follows_the_tree_shapes():
     complete = forest_of(*[stump(threshold=0.1 * k) for k in range(5)])
-    assert silvanforge.compile(complete, n_jobs=1).options.representation == "array"
+    assert silvanforge.compile(complete, n_jobs=1).plan.representation == "array"
     # A chain of depth 12 pads to 8191 slots for 25 nodes: the array layout is not chosen.
     skewed = forest_of(chain(12), stump())
     predictor = silvanforge.compile(skewed, n_jobs=1)
     # A small skewed forest becomes masks (splits tested as vectors) on AVX-512 CPUs,
     # else code (branches with immediate thresholds).
     avx512 = "avx512f" in Target.host().enabled()
-    assert predictor.options.representation == ("mask" if avx512 else "code")
+    assert predictor.plan.representation == ("mask" if avx512 else "code")
     X = probe_rows(skewed, 0, 40)
     np.testing.assert_allclose(predictor.predict(X), reference.predict(skewed, X),
                                rtol=1e-12, atol=1e-12)
@@ -403,4 +403,4 @@ def test_default_representation_follows_the_tree_shapes():
     np.testing.assert_array_equal(reloaded.predict(X), predictor.predict(X))
     # Whatever is chosen by default, an explicit choice wins.
     assert silvanforge.compile(skewed, representation="array", n_jobs=1) \
-        .options.representation == "array"
+        .plan.representation == "array"

@@ -20,8 +20,9 @@ import silvanforge
 from silvanforge import reference
 from silvanforge.errors import SilvanForgeWarning
 from silvanforge.model.builder import Tree
-from silvanforge.runtime.gpu import compile_gpu
-from silvanforge.tune import cache, gpu
+from silvanforge.plan import cache, gpu_template as gpu
+from silvanforge.tune import gpu as gpu_search
+from silvanforge.tune.gpu import Evaluator
 
 from test_forest import forest_of, stump
 from test_gpu import opencl  # noqa: F401 - the fixture: PoCL or a skip (a failure in CI)
@@ -134,7 +135,7 @@ def test_small_space_has_the_points_the_rules_give(forest):
     ids=lambda p: "-".join(str(v) for v in p.values()))
 def test_every_point_of_a_small_space_is_exact_on_opencl(opencl, forest, point):  # noqa: F811
     text, rep = gpu.render(point, forest)
-    p = compile_gpu(forest, "opencl", text, rep)
+    p = silvanforge.compile(forest, "opencl", text, rep)
     rng = np.random.default_rng(3)
     for n in (0, 1, 9, 70):
         X = with_nans(rng.normal(size=(n, 3)) * 2, 0.1, seed=n)
@@ -172,7 +173,7 @@ def test_tuner_result_is_exact_and_round_trips_the_cache(opencl, forest, cache_d
     def no_search(*args, **kwargs):
         raise AssertionError("a cached result must not be searched again")
 
-    monkeypatch.setattr(gpu, "Evaluator", no_search)
+    monkeypatch.setattr(gpu_search, "Evaluator", no_search)
     assert silvanforge.tune(forest, X, target="opencl", batch_size=64) == config
     # schedule="auto" takes the cache entry: the most recent, whatever its batch size.
     auto = silvanforge.compile(forest, target="opencl", schedule="auto")
@@ -201,7 +202,7 @@ def test_auto_without_a_cache_entry_is_algorithm1s_first_point(opencl, forest,  
 
 def test_a_wrong_candidate_is_discarded_and_reported(opencl, forest):  # noqa: F811
     rows = np.random.default_rng(6).normal(size=(20, 3))
-    ev = gpu.Evaluator(forest, rows, "opencl")
+    ev = Evaluator(forest, rows, "opencl")
     ev.expected = ev.expected + 1.0  # as if the compiler were wrong
     point = gpu.algorithm1(forest, 20, BIG)[0]
     with warnings.catch_warnings(record=True) as caught:

@@ -19,7 +19,7 @@ from silvanforge.model.builder import Tree, build_forest
 from silvanforge.model.forest import (MISSING_NAN, MISSING_NONE, MISSING_ZERO, OP_CAT,
                                       OP_EQ, OP_LE, OP_LT)
 from silvanforge.representations.mask import MaskRepresentation, one_compare
-from silvanforge.runtime.predictor import _representation
+from silvanforge.plan.planner import choose_representation
 
 from test_representations import random_rows, tree_of_shape
 
@@ -288,6 +288,11 @@ def test_a_tree_of_64_splits_is_refused_by_name():
     assert not one_compare(forest, "float64")
 
 
+def default_of(forest, cpu, device="cpu"):
+    """The planner's representation for ``forest`` at float64 on ``cpu`` (a Target)."""
+    return choose_representation(forest, None, "float64", device, frozenset(cpu.enabled()))
+
+
 def test_masks_are_the_default_for_small_skewed_trees_on_avx512():
     rng = np.random.default_rng(4)
     # Chains of 30 splits: an array layout would pad each to 2^31 slots.
@@ -300,19 +305,19 @@ def test_masks_are_the_default_for_small_skewed_trees_on_avx512():
     large_sets = build_forest([grown_tree(rng, 30, 5, [OP_LE, OP_CAT], [MISSING_NAN],
                                           categories=np.array([3, 62, 70, 100]))
                                for _ in range(3)], n_features=5, n_outputs=1)
-    if _representation(numeric, None, precision="float64", target=AVX512) != "mask":
+    if default_of(numeric, AVX512) != "mask":
         pytest.skip("these random trees happen to fit the array layout's padding bound")
-    assert _representation(numeric, None, precision="float64", target=AVX2) == "code"
-    assert _representation(categorical, None, precision="float64", target=AVX512) == "mask"
-    assert _representation(large_sets, None, precision="float64", target=AVX512) == "code"
+    assert default_of(numeric, AVX2) == "code"
+    assert default_of(categorical, AVX512) == "mask"
+    assert default_of(large_sets, AVX512) == "code"
     # Trees of 32-63 splits take strides of 64 lanes, slower than code.
     wide = build_forest([grown_tree(rng, 40, 5, [OP_LE], [MISSING_NONE]) for _ in range(3)],
                         n_features=5, n_outputs=1)
     assert MaskRepresentation(wide).lanes == 64 and one_compare(wide, "float64")
-    assert _representation(wide, None, precision="float64", target=AVX512) == "code"
+    assert default_of(wide, AVX512) == "code"
     # GPU targets never get it, and refuse it when named.
-    assert _representation(numeric, None, code=False, target=AVX512) == "sparse"
-    with pytest.raises(InputError, match="CPU-only"):
+    assert default_of(numeric, AVX512, device="gpu") == "sparse"
+    with pytest.raises(InputError, match="runs on cpu targets only"):
         silvanforge.compile(numeric, target="opencl", representation="mask")
 
 
@@ -325,7 +330,7 @@ def test_the_default_compile_of_a_lightgbm_model_with_missing_values():
     booster = lgb.train({"num_leaves": 31, "verbose": -1}, lgb.Dataset(X, y), 20)
     predictor = silvanforge.compile(booster, n_jobs=1)
     if "avx512f" in Target.host().enabled():
-        assert predictor.options.representation == "mask"
+        assert predictor.plan.representation == "mask"
     forest = silvanforge.load(booster)
     test = np.vstack([X[:300], np.full((1, 5), np.nan), np.zeros((1, 5))])
     np.testing.assert_array_equal(predictor.predict(test, output="margin"),
@@ -347,7 +352,7 @@ def test_the_default_compile_of_a_lightgbm_model_with_categorical_features():
     assert OP_CAT in forest.split_op
     predictor = silvanforge.compile(booster, n_jobs=1)
     if "avx512f" in Target.host().enabled():
-        assert predictor.options.representation == "mask"
+        assert predictor.plan.representation == "mask"
     # Unseen, negative, fractional, huge and missing categories.
     odd = np.tile(X[:1], (6, 1))
     odd[:, 4] = [30, -1, 2.5, 1e9, np.nan, 61]

@@ -17,7 +17,7 @@ from silvanforge import reference
 from silvanforge.errors import InputError, ModelFormatError, ScheduleError, SilvanForgeError
 from silvanforge.hir import MAX_TILE_SIZE, leaf_counts, peel_depths, plan_tiling
 from silvanforge.model import Tree, build_forest
-from silvanforge.runtime.layout import PEEL_COVERAGE, grouped_schedule
+from silvanforge.plan.layout import PEEL_COVERAGE, grouped_schedule
 
 
 def _exact(predictor, forest, rows) -> None:
@@ -72,12 +72,12 @@ def test_probability_layout_groups_trees_by_peel_depth():
     rng = np.random.default_rng(0)
     sample = np.column_stack([rng.normal(3, 1, 500), rng.normal(size=500)])
     predictor = silvanforge.compile(forest, profile=sample, tile_size=2, n_jobs=1)
-    assert predictor.options.tiling == "probability" and predictor.options.tile_size == 2
-    assert predictor.options.representation == "sparse"
+    assert predictor.plan.tiling == "probability" and predictor.plan.tile_size == 2
+    assert predictor.plan.representation == "sparse"
     # The compiled forest's trees are in ascending peel depth, and the schedule unrolls
     # each group's walks to that depth.
     compiled = predictor.forest
-    plan = plan_tiling(compiled, predictor._node_tile, 2)
+    plan = plan_tiling(compiled, predictor.plan.node_tile, 2)
     depths = peel_depths(plan, leaf_counts(compiled, sample), PEEL_COVERAGE)
     assert list(depths) == sorted(depths) and len(set(depths)) > 1
     groups = [(int(d), int((depths == d).sum())) for d in np.unique(depths)]
@@ -99,11 +99,11 @@ def test_profile_objects_and_saved_predictors_keep_the_tiling(tmp_path):
     from_rows = silvanforge.compile(forest, profile=sample, n_jobs=1)
     from_profile = silvanforge.compile(forest, profile=loaded, n_jobs=1)
     assert str(from_rows.schedule) == str(from_profile.schedule)
-    np.testing.assert_array_equal(from_rows._node_tile, from_profile._node_tile)
+    np.testing.assert_array_equal(from_rows.plan.node_tile, from_profile.plan.node_tile)
     from_rows.save(tmp_path / "m.sfp")
     again = silvanforge.load_predictor(tmp_path / "m.sfp")
-    np.testing.assert_array_equal(again._node_tile, from_rows._node_tile)
-    assert again.options == from_rows.options
+    np.testing.assert_array_equal(again.plan.node_tile, from_rows.plan.node_tile)
+    assert again.plan == from_rows.plan
     np.testing.assert_array_equal(again.predict(sample), from_rows.predict(sample))
     with pytest.raises(ModelFormatError, match="profile"):
         silvanforge.Profile.load(tmp_path / "m.sfp")

@@ -77,7 +77,7 @@ def test_tuned_configuration_is_exact(name):
                       silvanforge.compile(forest, **config.compile_kwargs())):
         np.testing.assert_allclose(predictor.predict(X), expected, rtol=1e-12, atol=1e-12)
         assert str(predictor.schedule) == config.schedule
-        assert predictor.options.n_jobs == config.n_jobs
+        assert predictor.plan.n_jobs == config.n_jobs
 
 
 def test_configuration_round_trips_json_and_compiles(xgb_model):
@@ -95,7 +95,7 @@ def test_explicit_keywords_win_over_the_configuration(xgb_model):
     config = Configuration("reorder(tree, batch)", "sparse", 2)
     predictor = silvanforge.compile(model, schedule=config, representation="array",
                                     n_jobs=1)
-    assert predictor.options.representation == "array" and predictor.options.n_jobs == 1
+    assert predictor.plan.representation == "array" and predictor.plan.n_jobs == 1
     assert str(predictor.schedule) == "reorder(tree, batch)"
 
 
@@ -164,7 +164,7 @@ def test_cache_round_trips_and_keys_on_model_and_cpu(xgb_model, cache_dir, monke
     assert cache.lookup(cache.cache_key(forest, 16, 2)) is None
     other = silvanforge.load(_lightgbm()[0])
     assert cache.lookup(cache.cache_key(other, 16, 1)) is None
-    monkeypatch.setattr(cache, "cpu_id", lambda: "some-other-cpu +avx512f")
+    monkeypatch.setattr(cache, "cpu_id", lambda cpu="native": "some-other-cpu +avx512f")
     assert cache.lookup(cache.cache_key(forest, 16, 1)) is None
 
 
@@ -191,16 +191,16 @@ def test_auto_uses_the_cache_entry_else_the_default(xgb_model):
     model, X = xgb_model
     forest = silvanforge.load(model)
     default = silvanforge.compile(forest, schedule="auto", n_jobs=2)
-    assert default.options == silvanforge.compile(forest, n_jobs=2).options
+    assert default.plan == silvanforge.compile(forest, n_jobs=2).plan
     tuned = Configuration("tile(batch, b0, b1, 8)\nparallel(b0)", "array", 1)
     cache.store(cache.cache_key(forest, 100, 2), tuned.to_json())
     predictor = silvanforge.compile(forest, schedule="auto", n_jobs=2)
-    assert predictor.options.schedule == tuned.schedule
-    assert predictor.options.representation == "array" and predictor.options.n_jobs == 1
+    assert str(predictor.plan.schedule) == tuned.schedule
+    assert predictor.plan.representation == "array" and predictor.plan.n_jobs == 1
     np.testing.assert_allclose(predictor.predict(X), reference.predict(forest, X),
                                rtol=1e-12)
     # Entries for other thread counts are not used.
-    assert silvanforge.compile(forest, schedule="auto", n_jobs=1).options.small_schedule
+    assert silvanforge.compile(forest, schedule="auto", n_jobs=1).plan.small_schedule
 
 
 def test_cli_tune_writes_the_cache_and_compile_auto_uses_it(xgb_model, tmp_path, capsys):
@@ -216,7 +216,7 @@ def test_cli_tune_writes_the_cache_and_compile_auto_uses_it(xgb_model, tmp_path,
     assert main(["compile", str(path), "-o", str(tmp_path / "m.sfp"), "--schedule", "auto",
                  "--n-jobs", "1"]) == 0
     saved = silvanforge.load_predictor(tmp_path / "m.sfp")
-    assert saved.options.schedule == config.schedule
+    assert str(saved.plan.schedule) == config.schedule
 
 
 def test_cli_tune_help(capsys):

@@ -16,7 +16,8 @@ from silvanforge.model.builder import Tree, build_forest
 from silvanforge.model.forest import (MISSING_NAN, MISSING_NONE, MISSING_ZERO, OP_CAT,
                                       OP_EQ, OP_LE, OP_LT)
 from silvanforge.backends.cpu import Target
-from silvanforge.runtime.predictor import vector_schedule, vectorizes
+from silvanforge.representations import REGISTRY
+from silvanforge.representations.array import vectorizes
 from silvanforge.schedule import Schedule
 
 from test_representations import random_rows, random_tree
@@ -107,18 +108,24 @@ def complete_forest(depths: list[int], n_features: int = 3, seed: int = 0):
                         input_dtype=np.float32)
 
 
-AVX512 = Target("x86_64-unknown-linux-gnu", "skylake-avx512", "+avx512f,+avx2")
+AVX512 = frozenset({"avx512f", "avx2"})
+
+
+def vector_schedule(forest):
+    """The array layout's default schedule for ``forest`` at float32 on AVX-512."""
+    return REGISTRY["array"].default_schedule(forest, "float32", AVX512)
 
 
 def test_the_default_schedule_vectorizes_array_float32_forests_on_avx512():
     forest = complete_forest([3, 3, 2])
-    avx2 = Target("x86_64-unknown-linux-gnu", "haswell", "-avx512f,+avx2")
-    assert vectorizes(forest, "array", "float32", AVX512)
-    assert not vectorizes(forest, "array", "float32", avx2)
-    assert not vectorizes(forest, "array", "float64", AVX512)
-    assert not vectorizes(forest, "sparse", "float32", AVX512)
+    avx2 = frozenset({"avx2"})
+    assert vectorizes(forest, "float32", AVX512)
+    assert not vectorizes(forest, "float32", avx2)
+    assert not vectorizes(forest, "float64", AVX512)
+    assert not REGISTRY["sparse"].default_schedule(forest, "float32", AVX512).vectorized
     predictor = silvanforge.compile(forest)
-    assert predictor.schedule.vectorized == vectorizes(forest, "array", "float32")
+    host = frozenset(Target.host().enabled())
+    assert predictor.schedule.vectorized == vectorizes(forest, "float32", host)
     rows = random_rows(forest, 5, 100).astype(np.float32)
     np.testing.assert_array_equal(predictor.predict(rows, output="margin"),
                                   reference.predict(forest, rows, output="margin"))
@@ -127,8 +134,8 @@ def test_the_default_schedule_vectorizes_array_float32_forests_on_avx512():
 def test_vectorized_padding_keeps_the_array_bound():
     # Padding the stumps to the deep tree's depth: 10 x 511 slots for 1 x 511 + 9 x 3
     # nodes, more than 4 slots a node; 3 trees of depth 8 and one of 7 pad within it.
-    assert not vectorizes(complete_forest([8] + [1] * 9), "array", "float32", AVX512)
-    assert vectorizes(complete_forest([8, 8, 8, 7]), "array", "float32", AVX512)
+    assert not vectorizes(complete_forest([8] + [1] * 9), "float32", AVX512)
+    assert vectorizes(complete_forest([8, 8, 8, 7]), "float32", AVX512)
 
 
 def test_a_vectorized_forest_of_wide_rows_walks_them_in_place():

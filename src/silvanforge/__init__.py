@@ -10,11 +10,10 @@ from .errors import (InputError, MissingDependencyError, ModelFormatError,
                      SilvanForgeError, UnsupportedModelError)
 from .frontends import load
 from .model import Forest
-from .runtime.layout import Profile, profile
-from .runtime.predictor import Predictor, compile, load_predictor
+from .plan import Profile, profile
+from .runtime import Predictor, compile, load_predictor
 from .tune import Configuration, tune
-
-__version__ = "0.1.0"
+from .version import __version__
 
 __all__ = ["load", "compile", "tune", "Configuration", "load_predictor", "Predictor",
            "profile", "Profile", "Forest", "reference", "SilvanForgeError", "ModelFormatError",

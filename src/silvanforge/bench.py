@@ -158,7 +158,7 @@ class SilvanForgeEngine(Engine):
     name, module = "silvanforge", "silvanforge"
 
     def prepare(self, case: Case, threads: Sequence[int]) -> Loaded:
-        from .runtime.predictor import compile as sf_compile
+        from .runtime import compile as sf_compile
 
         predictor = sf_compile(case.forest, n_jobs=max(threads))
         return _Calls(lambda X, t: predictor.predict(X, n_jobs=t))

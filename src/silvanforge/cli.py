@@ -16,11 +16,15 @@ from typing import Sequence
 
 import numpy as np
 
-from . import __version__, reference
+from . import reference
+from .version import __version__
 from .errors import InputError, SilvanForgeError
 from .frontends import load
 from .representations import REGISTRY
-from .runtime.predictor import DUMP_LEVELS, Predictor, compile, load_predictor
+from .plan import cache
+from .runtime import Predictor, compile, load_predictor
+from .runtime.predictor import DUMP_LEVELS
+from .tune import tune
 
 _MODEL_HELP = ("model file: XGBoost JSON/UBJSON, LightGBM text, ONNX, or a predictor "
                "saved by 'silvanforge compile'")
@@ -116,8 +120,6 @@ def _bench(args: argparse.Namespace) -> None:
 
 
 def _tune(args: argparse.Namespace) -> None:
-    from .tune import cache, tune  # the function; silvanforge.tune is it too
-
     rows = _read_rows(args.data, args.header)
     if args.columns is not None:
         rows = rows[:, :args.columns]

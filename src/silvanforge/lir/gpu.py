@@ -72,7 +72,7 @@ from ..errors import BackendError
 from ..mir import ir as mir
 from ..mir.legalize import covered
 from ..model.forest import Forest
-from ..representations.base import Representation
+from .representation import Representation
 from . import ir
 from .finish import finish_row
 from .lower import _INPUT_DTYPES, _Lowering, _name, check_walks

@@ -31,7 +31,7 @@ from ..mir import ir as mir
 from ..errors import ScheduleError
 from ..mir.legalize import check_peel
 from ..model.forest import Forest
-from ..representations.base import Representation, RowValues
+from .representation import Representation, RowValues
 from . import ir
 from .finish import epilogue
 

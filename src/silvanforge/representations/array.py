@@ -30,6 +30,7 @@ import numpy as np
 from ..errors import UnsupportedModelError
 from ..lir import ir
 from ..model.forest import Forest
+from ..schedule import Schedule, named
 from . import decision, leaves
 from .base import FeatureLoader, register
 from .tables import ConsecutiveTrees, TableRepresentation
@@ -38,6 +39,38 @@ MAX_SLOTS = 1 << 24
 # Dummy slots after the last tree: a vector walk reads each level's nodes as windows of
 # 16 slots (:class:`~silvanforge.lir.ir.Lookup`), past the end of a shallow last tree.
 WINDOW_PAD = 16
+
+
+# The planner picks this layout while padding trees to complete binary trees costs at
+# most this many slots a node (docs/ARCHITECTURE.md, "Default choices").
+MAX_ARRAY_PADDING = 4
+# Vector walks copy a block's rows only up to this many features (64 rows of them take
+# 256 KiB of a thread's stack; the lowering refuses copies past 1 MiB).
+MAX_COPIED_FEATURES = 1024
+
+
+def vectorizes(forest: Forest, precision: str, cpu_features: frozenset[str]) -> bool:
+    """Whether the planner gives ``forest`` the ``vector`` schedule (16 rows as the lanes
+    of one walk; docs/ARCHITECTURE.md "Vector walks"): array tables at float32 on a CPU
+    with AVX-512, while padding every tree to the deepest's depth keeps the padding
+    bound.
+
+    >>> vectorizes(forest, "float32", frozenset({"avx512f"}))   # doctest: +SKIP
+    True
+    """
+    if precision != "float32" or "avx512f" not in cpu_features:
+        return False
+    slots = forest.n_trees * (2 ** (int(forest.tree_depths.max()) + 1) - 1)
+    return slots <= MAX_ARRAY_PADDING * forest.n_nodes
+
+
+def copies_rows(forest: Forest) -> bool:
+    """Whether vector walks of ``forest`` copy a block's rows transposed first: when
+    they have fewer features than a row's walks take levels (the copy costs a load and
+    a store a feature; docs/ARCHITECTURE.md "Vector walks"), and at most
+    :data:`MAX_COPIED_FEATURES` of them (the copy is on the thread's stack)."""
+    return forest.n_features <= min(MAX_COPIED_FEATURES,
+                                    forest.n_trees * int(forest.tree_depths.max()))
 
 
 def level_positions(forest: Forest) -> np.ndarray:
@@ -123,6 +156,22 @@ class ArrayRepresentation(LevelOrderRepresentation, ConsecutiveTrees):
     """Trees one after another, each a padded level-order array."""
 
     name = "array"
+    default_rank = 0
+    vector_walks = True
+
+    @classmethod
+    def suits(cls, forest: Forest, precision: str, cpu_features: frozenset[str]) -> bool:
+        # Walks of known depth are branch-free and fastest on near-complete trees, while
+        # padding them stays within MAX_ARRAY_PADDING slots a node.
+        slots = sum(2 ** (int(d) + 1) - 1 for d in forest.tree_depths)
+        return slots <= MAX_ARRAY_PADDING * forest.n_nodes
+
+    @classmethod
+    def default_schedule(cls, forest: Forest, precision: str,
+                         cpu_features: frozenset[str]) -> Schedule:
+        if vectorizes(forest, precision, cpu_features):
+            return named("vector", forest.n_trees, cache=copies_rows(forest))
+        return super().default_schedule(forest, precision, cpu_features)
 
     def __init__(self, forest: Forest, precision: str = "float64",
                  depth: int = 0) -> None:

@@ -59,7 +59,12 @@ from ..lir import ir
 from ..model.forest import MISSING_NAN, MISSING_NONE, OP_CAT, OP_EQ, OP_LE, OP_LT, Forest
 from . import decision
 from .base import FeatureLoader, register
+from ..schedule import Schedule, named
 from .sparse import SparseRepresentation
+
+# The planner emits forests as code up to this many nodes (docs/ARCHITECTURE.md,
+# "Default choices": 61,000 nodes compile in 12-13 s on 2 cores).
+MAX_CODE_NODES = 100_000
 
 # (feature, NaN read as 0) → the category operand of that row value in a tree's code.
 _Operands = Callable[[int, bool], decision.CategoryOperand]
@@ -70,6 +75,24 @@ class CodeRepresentation(SparseRepresentation):
 
     name = "code"
     constant_trees = True
+    # GPUs run it too, but their threads diverge on its branches: never their default.
+    default_devices = ("cpu",)
+    default_rank = 2
+    # Its one kernel serves every batch: a second would double its compile time.
+    small_batch_kernel = False
+    # Trees as branches gain nothing from O2's later passes (docs/ARCHITECTURE.md,
+    # "Default choices").
+    llvm_opt = 1
+
+    @classmethod
+    def suits(cls, forest: Forest, precision: str, cpu_features: frozenset[str]) -> bool:
+        # Beyond MAX_CODE_NODES a compile would pass ~20 s: sparse tables instead.
+        return forest.n_nodes <= MAX_CODE_NODES
+
+    @classmethod
+    def default_schedule(cls, forest: Forest, precision: str,
+                         cpu_features: frozenset[str]) -> Schedule:
+        return named("code_rows", forest.n_trees)
 
     def __init__(self, forest: Forest, precision: str = "float64") -> None:
         super().__init__(forest, precision)

@@ -49,10 +49,15 @@ from ..lir import ir
 from ..model.forest import MISSING_NAN, MISSING_NONE, OP_CAT, OP_LE, OP_LT, Forest
 from . import decision
 from .base import FeatureLoader, register
+from ..schedule import Schedule, named
 from .sparse import SparseRepresentation
 
 # The widest tree stride: 64 lanes hold 63 internal nodes and their 64 leaves.
 MAX_LANES = 64
+# The planner picks masks for strides up to this many lanes (trees of up to 31 splits,
+# LightGBM's default 31 leaves); wider strides stay code (docs/ARCHITECTURE.md "Default
+# choices": a quarter to a half slower than code at one row).
+MAX_DEFAULT_LANES = 32
 
 
 @register
@@ -61,6 +66,25 @@ class MaskRepresentation(SparseRepresentation):
 
     name = "mask"
     prepares_rows = True
+    # Its tests are packed as x86 vector instructions.
+    devices = default_devices = ("cpu",)
+    default_rank = 1
+    # Its one kernel is as fast at one row as a small-batch kernel, and faster at eight.
+    small_batch_kernel = False
+
+    @classmethod
+    def suits(cls, forest: Forest, precision: str, cpu_features: frozenset[str]) -> bool:
+        # Trees of up to MAX_DEFAULT_LANES - 1 splits, each tested with one vector
+        # operation, beat their branches where the CPU has AVX-512.
+        return "avx512f" in cpu_features and 0 < stride(forest) <= MAX_DEFAULT_LANES \
+            and one_compare(forest, precision)
+
+    @classmethod
+    def default_schedule(cls, forest: Forest, precision: str,
+                         cpu_features: frozenset[str]) -> Schedule:
+        # A tree over a block of rows, its tables in registers, the block's rows
+        # prepared once (cache).
+        return named("xgboost", forest.n_trees, cache=True)
 
     def __init__(self, forest: Forest, precision: str = "float64") -> None:
         super().__init__(forest, precision)

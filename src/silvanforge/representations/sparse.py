@@ -31,6 +31,8 @@ class SparseRepresentation(TableRepresentation):
     """Compact internal nodes with child pointers; leaves in their own tables."""
 
     name = "sparse"
+    # Every forest fits: the last default.
+    default_rank = 3
 
     def __init__(self, forest: Forest, precision: str = "float64") -> None:
         super().__init__(forest, precision)

@@ -1,5 +1,6 @@
-"""The runtime: compile(), Predictor, persistence."""
+"""The runtime: compile(), the CPU and GPU predictors, persistence."""
 
-from .predictor import Predictor, compile, load_predictor
+from .compile import compile
+from .predictor import Predictor, load_predictor
 
 __all__ = ["Predictor", "compile", "load_predictor"]

@@ -23,19 +23,15 @@ from typing import Any
 from ..backends.gpu import RENDERERS
 from ..backends.gpu.runtime import CUDARunner, OpenCLRunner
 from ..errors import InputError, require
-from ..frontends import load
+from ..lir import finish as kernel_finish
 from ..lir.gpu import lower as gpu_lower
 from ..lir.printer import print_lir
 from ..mir import lower as mir_lower, print_mir
-from ..model.forest import Forest
 from ..model.inputs import as_rows
-from ..lir import finish as kernel_finish
+from ..plan import Plan
 from ..reference import check_output, shaped
-from ..schedule import Schedule, named
-from ..schedule.library import GPU_SCHEDULES
-from .predictor import ForestShape, build_representation, model_arrays, transformed
+from .base import ForestShape, build_representation, model_arrays, transformed
 
-TARGETS = ("cuda", "opencl")
 _DLPACK_CUDA = 2  # DLDeviceType kDLCUDA
 
 
@@ -43,14 +39,13 @@ class GPUPredictor(ForestShape):
     """Compiled GPU inference for one forest. Build it with
     ``silvanforge.compile(model, target="opencl")`` (or ``"cuda"``)."""
 
-    def __init__(self, forest: Forest, target: str, schedule: Schedule,
-                 representation: str, precision: str, tile_size: int = 1) -> None:
-        self.forest = forest
-        self.target = target
-        self.schedule = schedule
-        self.representation = build_representation(forest, representation, precision,
-                                                   tile_size)
-        self.mir = mir_lower(forest, schedule)
+    def __init__(self, plan: Plan) -> None:
+        forest = self.forest = plan.forest
+        self.plan = plan
+        self.target = target = plan.target
+        self.schedule = plan.schedule
+        self.representation = build_representation(plan)
+        self.mir = mir_lower(forest, plan.schedule)
         self.program = gpu_lower(self.mir, forest, self.representation)
         self.source = RENDERERS[target]().render(self.program)
         model = model_arrays(forest, self.representation)
@@ -92,8 +87,10 @@ class GPUPredictor(ForestShape):
         return cp.ascontiguousarray(X, dtype=self.forest.input_dtype)
 
     def dump(self, level: str) -> str:
-        """The text of one level: "hir", "mir", "lir" (every launch) or the target's
-        source ("opencl" or "cuda")."""
+        """The text of one level: "plan", "hir", "mir", "lir" (every launch) or the
+        target's source ("opencl" or "cuda")."""
+        if level == "plan":
+            return str(self.plan)
         if level == "hir":
             return f"{self.forest.summary()}\nschedule:\n{self.schedule}"
         if level == "mir":
@@ -104,7 +101,7 @@ class GPUPredictor(ForestShape):
                 for i, launch in enumerate(self.program.launches))
         if level == self.target:
             return self.source
-        raise InputError(f"dump level must be one of hir, mir, lir, {self.target}; "
+        raise InputError(f"dump level must be one of plan, hir, mir, lir, {self.target}; "
                          f"not {level!r}")
 
     def __repr__(self) -> str:
@@ -122,38 +119,3 @@ def _device_array(X: Any, cp: Any) -> Any:
     if device is not None and device()[0] == _DLPACK_CUDA:
         return cp.from_dlpack(X)
     return None
-
-
-def compile_gpu(model: Any, target: str, schedule: Any = None,
-                representation: str | None = None,
-                precision: str | None = None, tile_size: int | None = None,
-                tiling: str | None = None) -> GPUPredictor:
-    """What ``silvanforge.compile`` does for a GPU ``target`` ("cuda" or "opencl").
-
-    ``schedule`` None is the ``tahoe_direct`` schedule (64 rows per block, one row per
-    thread, every tree).
-
-    >>> compile_gpu("model.json", "opencl", schedule="gpu_tree_parallel")  # doctest: +SKIP
-    """
-    from .layout import plan_layout
-    from .predictor import _precision, _representation, _schedule
-
-    if target not in TARGETS:
-        raise InputError(f"unknown target {target!r}; choose from 'cpu', "
-                         + ", ".join(repr(t) for t in TARGETS))
-    forest = load(model)
-    if (isinstance(schedule, str) and schedule.strip() == "auto") or \
-            hasattr(schedule, "compile_kwargs"):
-        from ..tune.gpu import resolve  # the tuning cache, else Algorithm 1's choice
-
-        schedule, tuned = resolve(forest, target, schedule)
-        representation = representation or tuned
-    chosen = named(GPU_SCHEDULES[0], forest.n_trees) if schedule is None else \
-        _schedule(forest, schedule)
-    layout = plan_layout(forest, tile_size, tiling, None)
-    rep = _representation(forest, representation or layout.representation, code=False)
-    if rep == "mask":
-        raise InputError("representation 'mask' is CPU-only (its tests are packed with "
-                         "x86 vector instructions); use 'sparse' or 'array' on GPUs")
-    return GPUPredictor(forest, target, chosen, rep, _precision(forest, precision),
-                        layout.tile_size)

@@ -28,6 +28,7 @@ import numpy as np
 from .. import bench, reference
 from ..errors import SilvanForgeError, SilvanForgeWarning
 from ..model.forest import Forest
+from ..runtime import compile as sf_compile
 from . import heuristic, space
 
 # Timing of a search: fewer rounds than a benchmark (many candidates, most far apart).
@@ -78,8 +79,6 @@ class Evaluator:
     def predictor(self, result: Result) -> Any:
         """The compiled predictor of ``result``'s schedule and options (compiled once),
         or the reason it cannot be compiled."""
-        from ..runtime.predictor import compile as sf_compile
-
         key = _key(result.schedule, result.options)
         if key not in self._compiled:
             start = time.perf_counter()

@@ -23,8 +23,9 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from ..model.forest import Forest
-from ..runtime.predictor import (MIN_ROWS_PER_THREAD, SMALL_BATCH, _representation,
-                                 copies_rows)
+from ..plan.planner import MIN_ROWS_PER_THREAD, SMALL_BATCH
+from ..representations.array import copies_rows
+from ..representations import REGISTRY
 from ..schedule.library import SMALL_TREE_TILE, VECTOR_BLOCK
 from . import space
 
@@ -82,7 +83,7 @@ def representations(forest: Forest) -> list[str]:
     random forest; sparse 1.00, array 1.41, reorg 2.62 on LightGBM's skewed trees).
     """
     names = space.option_axes()[0].values
-    compact = _representation(forest, None) == "array"
+    compact = REGISTRY["array"].suits(forest, "float64", frozenset())
     chosen = [r for r in names
               if (r in PADDED) == compact and not (compact and space.emits_code(r))]
     return chosen or list(names)  # a registry without the layouts the rule names

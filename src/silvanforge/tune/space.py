@@ -42,19 +42,10 @@ import itertools
 from dataclasses import dataclass
 from typing import Any
 
+from ..plan.configuration import Axis
 from ..representations import REGISTRY
 from ..representations.tiled import TILED
 from ..schedule.library import SMALL_TREE_TILE
-
-
-@dataclass(frozen=True)
-class Axis:
-    """One tunable choice: its name, the values the exhaustive space takes, and whether
-    it is a ``compile()`` keyword (``option``) rather than part of the schedule text."""
-
-    name: str
-    values: tuple
-    option: bool = False
 
 
 # Walk directives on the innermost loop: ("", 0) is none. Peeling deeper than the

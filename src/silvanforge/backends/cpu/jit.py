@@ -53,6 +53,16 @@ class Target:
         return cls(llvm.get_process_triple(), llvm.get_host_cpu_name(),
                    llvm.get_host_cpu_features().flatten())
 
+    @classmethod
+    def named(cls, cpu: str) -> "Target":
+        """The host's architecture with LLVM CPU ``cpu`` ("native": this machine)."""
+        return cls.host() if cpu == "native" else cls(cls.host().triple, cpu, "")
+
+    def runs_on(self, host: "Target") -> bool:
+        """Whether code built for this target runs on ``host``."""
+        return self.triple.split("-")[0] == host.triple.split("-")[0] \
+            and not self.enabled() - host.enabled()
+
     def enabled(self) -> set[str]:
         """The CPU features this target turns on.
 
@@ -67,8 +77,10 @@ class Target:
             cpu=self.cpu, features=self.features, opt=opt, jit=True)
 
 
-def compile_kernel(kernel: ir.Kernel, *, opt: int = 2) -> "CompiledKernel":
-    """Compile ``kernel`` for the host CPU at LLVM optimisation level ``opt`` (0-3).
+def compile_kernel(kernel: ir.Kernel, *, opt: int = 2,
+                   target: Target | None = None) -> "CompiledKernel":
+    """Compile ``kernel`` for ``target`` (default: the host CPU) at LLVM optimisation
+    level ``opt`` (0-3).
 
     Parallel loops call the OpenMP runtime; without one they run serially (one warning).
 
@@ -83,7 +95,7 @@ def compile_kernel(kernel: ir.Kernel, *, opt: int = 2) -> "CompiledKernel":
     >>> a
     array([0., 2., 4.])
     """
-    target = Target.host()
+    target = target or Target.host()
     pieces = _Pieces(target, opt) if build.cores() > 1 else None
     try:
         module = _render(kernel, target, pieces)
@@ -111,7 +123,8 @@ def _render(kernel: ir.Kernel, target: Target, pieces: "_Pieces | None" = None) 
                          outlined=pieces, avx512="avx512f" in target.enabled())
 
 
-def compile_kernels(kernels: Sequence[ir.Kernel], *, opt: int = 2) -> list["CompiledKernel"]:
+def compile_kernels(kernels: Sequence[ir.Kernel], *, opt: int = 2,
+                    target: Target | None = None) -> list["CompiledKernel"]:
     """Compile several kernels at level ``opt``: each after the first is built by a
     worker process while this one builds the first (a predictor's main and small-batch
     kernels), where the machine has more than one core; one kernel is
@@ -122,8 +135,8 @@ def compile_kernels(kernels: Sequence[ir.Kernel], *, opt: int = 2) -> list["Comp
     ['a', 'b']
     """
     if len(kernels) < 2 or build.cores() < 2:
-        return [compile_kernel(k, opt=opt) for k in kernels]
-    target = Target.host()
+        return [compile_kernel(k, opt=opt, target=target) for k in kernels]
+    target = target or Target.host()
     modules = [str(_render(kernel, target)) for kernel in kernels]
     job = build.ParallelBuild(target.triple, target.cpu, target.features, opt)
     for text in modules[1:]:

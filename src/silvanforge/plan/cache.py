@@ -1,8 +1,8 @@
 """The persistent tuning cache: one JSON file of tuned configurations in the user cache dir.
 
 An entry's key is everything a tuned configuration depends on: the model (a sha256 of
-the Forest's arrays and metadata), the batch size, the thread count, the CPU (llvmlite's
-host CPU name and feature string) and the SilvanForge version. A different model, CPU or
+the Forest's arrays and metadata), the batch size, the thread count, the CPU code is built
+for (LLVM's CPU name and feature string) and the SilvanForge version. A different model, CPU or
 version therefore misses and tunes afresh. The file is rewritten whole through a
 temporary file and ``os.replace``, so a reader never sees half of it; two processes
 writing at once may lose one entry (it is a cache: that only costs a re-tune).
@@ -25,8 +25,10 @@ from typing import Any
 
 import numpy as np
 
+from ..backends.cpu import Target
 from ..model import serialize
 from ..model.forest import Forest
+from ..version import __version__
 
 FILE_NAME = "tuning.json"
 
@@ -57,21 +59,19 @@ def model_hash(forest: Forest) -> str:
     return digest.hexdigest()
 
 
-@lru_cache(maxsize=1)
-def cpu_id() -> str:
-    """The host CPU as code generation sees it: llvmlite's CPU name and feature string."""
-    from ..backends.cpu import Target
+@lru_cache(maxsize=None)
+def cpu_id(cpu: str = "native") -> str:
+    """The CPU code is built for (``cpu``: "native", this machine, or an LLVM CPU name)
+    as code generation sees it: LLVM's CPU name and feature string."""
+    target = Target.host() if cpu == "native" else Target.named(cpu)
+    return f"{target.cpu} {target.features}"
 
-    host = Target.host()
-    return f"{host.cpu} {host.features}"
 
-
-def cache_key(forest: Forest, batch_size: int, n_jobs: int) -> dict[str, Any]:
+def cache_key(forest: Forest, batch_size: int, n_jobs: int,
+              cpu: str = "native") -> dict[str, Any]:
     """The key of a tuning result (a JSON object; compared whole)."""
-    from .. import __version__
-
     return {"model": model_hash(forest), "batch_size": int(batch_size),
-            "n_jobs": int(n_jobs), "cpu": cpu_id(), "version": __version__}
+            "n_jobs": int(n_jobs), "cpu": cpu_id(cpu), "version": __version__}
 
 
 def _path() -> str:

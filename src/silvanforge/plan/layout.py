@@ -1,4 +1,4 @@
-"""How ``compile`` turns its tiling options into a layout: tile size, tiling, profile.
+"""How the planner turns ``compile``'s tiling options into a layout: tile size, tiling, profile.
 
 Uniform tiling needs nothing but the tile size (the representation tiles the forest
 itself). Probability-based tiling (seed 004) reads a :class:`Profile` (how many sample
@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError, ModelFormatError
+from ..frontends import load
 from ..hir import (MAX_TILE_SIZE, leaf_counts, peel_depths, peel_groups, permute_trees,
                    plan_tiling, probability_tiling)
 from ..model.forest import Forest
@@ -64,8 +65,6 @@ def profile(model: Any, X: Any) -> Profile:
 
     >>> silvanforge.profile("model.json", X_train[:10000])      # doctest: +SKIP
     """
-    from ..frontends import load
-
     return Profile(leaf_counts(load(model), X))
 
 

@@ -1,0 +1,107 @@
+"""The :class:`Plan`: every choice that decides a predictor's code, as one printable value.
+
+The planner (:mod:`.planner`) makes it from a forest, a target and the user's options;
+the CPU and GPU predictors build exactly what it says. It prints as text
+(``predictor.dump("plan")``) and saves as JSON beside a predictor's machine code.
+
+>>> print(plan)                                                 # doctest: +SKIP
+forest: 100 trees, 28 features, 1 output, float32 inputs
+target: cpu (native)
+representation: array, float32 thresholds
+...
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+import numpy as np
+
+from ..model.forest import Forest
+from ..schedule import Schedule
+
+
+@dataclass(frozen=True, eq=False)
+class Plan:
+    """What to build for ``forest``.
+
+    ``target``: a registered target ("cpu", "opencl", "cuda"); ``cpu``: for the CPU
+    target, the LLVM CPU name code is built for ("native": this machine's).
+    ``representation`` and ``precision``: the layout of the trees and the type their
+    thresholds compare in. ``schedule``: the loop nest; ``small_schedule`` (when set)
+    is built too and serves batches of up to ``small_batch`` rows. ``n_jobs``: threads
+    for parallel loops; with ``sized_threads`` a call uses at most one thread per
+    ``rows_per_thread`` rows (the schedule is SilvanForge's: its row blocks run in
+    parallel). ``tile_size`` > 1 walks tiles of that many nodes, tiled ``tiling``
+    ("uniform", or "probability" from a profile: ``node_tile`` then holds the tiling's
+    per-node labels, and ``forest`` may have its trees reordered).
+    """
+
+    forest: Forest
+    target: str
+    representation: str
+    precision: str
+    schedule: Schedule
+    n_jobs: int = 1
+    cpu: str | None = None
+    small_schedule: Schedule | None = None
+    small_batch: int = 0
+    sized_threads: bool = False
+    rows_per_thread: int = 1
+    tile_size: int = 1
+    tiling: str = "uniform"
+    node_tile: np.ndarray | None = field(default=None, repr=False)
+
+    @property
+    def schedules(self) -> list[Schedule]:
+        """The kernels' schedules: the main one, then the small-batch one if any."""
+        return [self.schedule] + ([self.small_schedule] if self.small_schedule else [])
+
+    # ---- the saved form ------------------------------------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        """The plan as JSON values, without the forest and the tiling's labels (saved
+        beside it as arrays)."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)
+               if f.name not in ("forest", "node_tile")}
+        out["schedule"] = str(self.schedule)
+        out["small_schedule"] = str(self.small_schedule) if self.small_schedule else None
+        return out
+
+    @classmethod
+    def from_json(cls, forest: Forest, data: dict[str, Any],
+                  node_tile: np.ndarray | None = None) -> "Plan":
+        """The plan :meth:`to_json` wrote, for ``forest`` (its schedules read again)."""
+        known = {f.name for f in fields(cls)} - {"forest", "node_tile"}
+        values = {k: v for k, v in data.items() if k in known}
+        small = values.get("small_schedule")
+        values["schedule"] = Schedule.parse(values["schedule"], forest.n_trees)
+        values["small_schedule"] = Schedule.parse(small, forest.n_trees) if small else None
+        return cls(forest=forest, node_tile=node_tile, **values)
+
+    def with_cpu(self, cpu: str) -> "Plan":
+        return replace(self, cpu=cpu)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Plan) and self.to_json() == other.to_json()
+
+    # ---- the printer ---------------------------------------------------------------------
+    def __str__(self) -> str:
+        f = self.forest
+        lines = [f"forest: {f.n_trees} trees, {f.n_features} features, {f.n_outputs} "
+                 f"output{'s' if f.n_outputs != 1 else ''}, {np.dtype(f.input_dtype).name} "
+                 "inputs",
+                 f"target: {self.target}" + (f", built for CPU {self.cpu}" if self.cpu
+                                             else ""),
+                 f"representation: {self.representation}, {self.precision} thresholds",
+                 "tiling: " + (f"{self.tiling} tiles of {self.tile_size} nodes"
+                               if self.tile_size > 1 else "single nodes")]
+        if self.target == "cpu":
+            lines.append(f"threads: {self.n_jobs}" + (
+                f", at most one per {self.rows_per_thread} rows a call"
+                if self.sized_threads else " (as the schedule says)"))
+        lines += ["schedule:"] + [f"  {line}" for line in str(self.schedule).splitlines()]
+        if self.small_schedule:
+            lines += [f"batches of up to {self.small_batch} rows:"] + [
+                f"  {line}" for line in str(self.small_schedule).splitlines()]
+        return "\n".join(lines)

@@ -1,0 +1,66 @@
+"""``silvanforge.compile``: load the model, let the planner decide, build what it planned.
+
+>>> predictor = silvanforge.compile("model.json", schedule="xgboost")   # doctest: +SKIP
+>>> print(predictor.dump("plan"))                                       # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..backends import target_info
+from ..frontends import load
+from ..plan import make_plan
+from . import gc_pause
+from .gpu import GPUPredictor
+from .predictor import Predictor
+
+# The predictor that runs a plan, by the kind of device its target is.
+PREDICTORS = {"cpu": Predictor, "gpu": GPUPredictor}
+
+
+@gc_pause.paused()
+def compile(model: Any, target: str = "cpu", schedule: Any = None,
+            representation: str | None = None, precision: str | None = None,
+            n_jobs: int | None = None, tile_size: int | None = None,
+            tiling: str | None = None, profile: Any = None,
+            cpu: str | None = None) -> Predictor | GPUPredictor:
+    """Compile a model (anything :func:`silvanforge.load` takes) into a :class:`Predictor`
+    (``target`` "cpu") or a GPU predictor (``target`` "opencl" or "cuda"; docs/GPU.md).
+
+    Every option is independent: what is given is honoured, what is left open the
+    planner chooses to fit it (:mod:`silvanforge.plan`; ``predictor.dump("plan")``
+    prints every choice).
+
+    ``schedule``: None (SilvanForge's, chosen for the representation), a named schedule
+    ("default", "xgboost", "one_tree_at_a_time", "tree_parallel", ...), schedule text,
+    or a Schedule; any valid schedule runs with any representation.
+    ``representation``: "array", "sparse", "reorg", "code" (trees as code) or "mask" (a
+    tree's splits tested at once as vectors); "code" and "mask" are CPU-only.
+    ``precision``: "float32" or "float64" thresholds (default: the model's input
+    precision, which keeps parity). ``n_jobs``: threads for parallel loops (default:
+    the CPUs this process may use). ``cpu``: the LLVM CPU to build for, "native" (the
+    default: this machine) or a name such as "x86-64-v3" or "znver4"; a predictor
+    built for a CPU loads without recompiling on any machine with its features.
+    ``schedule`` may also be a tuned ``silvanforge.tune.Configuration`` (keywords given
+    here win over its own) or "auto": the tuning cache's configuration for this model,
+    thread count and CPU when there is one, else the default.
+
+    Tiling (docs/ARCHITECTURE.md "Tiling"): ``tile_size`` 1-8 nodes evaluated per walk
+    step (default 1: single nodes; above 1 with the "sparse" or "array" representation,
+    "sparse" by default). ``tiling``: "uniform" (default) or "probability" (seed 004:
+    needs ``profile``, sample rows or a :class:`~silvanforge.Profile`; skewed trees are
+    tiled along their likely paths, trees are grouped by the walk depth that covers 90%
+    of the profile, and each group's walks are unrolled to that depth; default tile
+    size 4). A ``profile`` alone implies ``tiling="probability"``.
+
+    >>> import silvanforge
+    >>> predictor = silvanforge.compile("model.json", schedule="xgboost", n_jobs=1)  # doctest: +SKIP
+    >>> silvanforge.compile("model.json", cpu="x86-64-v3").save("model.sfp")  # doctest: +SKIP
+    >>> silvanforge.compile("model.json", tile_size=4, profile=X_sample)  # doctest: +SKIP
+    """
+    device = target_info(target).device
+    plan = make_plan(load(model), target, schedule=schedule, representation=representation,
+                     precision=precision, n_jobs=n_jobs, tile_size=tile_size,
+                     tiling=tiling, profile=profile, cpu=cpu)
+    return PREDICTORS[device](plan)
