@@ -72,7 +72,7 @@ def _compile_kwargs(args: argparse.Namespace) -> dict:
             profile = profile[:, :args.columns]
     return {"schedule": _schedule_arg(args.schedule), "representation": args.representation,
             "n_jobs": args.n_jobs, "tile_size": args.tile_size, "tiling": args.tiling,
-            "profile": profile}
+            "profile": profile, "cpu": args.cpu}
 
 
 def _inspect(args: argparse.Namespace) -> None:
@@ -146,6 +146,9 @@ def _compile_options(p: argparse.ArgumentParser) -> None:
                    "(default: chosen from the tree shapes, docs/ARCHITECTURE.md)")
     p.add_argument("--n-jobs", type=int, default=None,
                    help="threads for parallel loops (default: all CPUs)")
+    p.add_argument("--cpu", default=None,
+                   help="the CPU to build for: 'native' (default: this machine) or an "
+                   "LLVM CPU name such as x86-64-v3 or znver4")
     p.add_argument("--tile-size", type=int, default=None,
                    help="nodes evaluated per walk step, 1-8 (default 1; 4 with --profile)")
     p.add_argument("--tiling", choices=["uniform", "probability"], default=None,
@@ -163,7 +166,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = commands.add_parser(
         "inspect", help="describe a model, or dump a compiler level",
         description="Print a summary of a model's forest, or with --dump the text of one "
-                    "compiler level for the given schedule.")
+                    "compiler level for the given schedule ('plan': every choice the "
+                    "planner made).")
     p.add_argument("model", help=_MODEL_HELP)
     p.add_argument("--dump", choices=DUMP_LEVELS, help="print this level of the compiler")
     _compile_options(p)
@@ -171,8 +175,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     p = commands.add_parser(
         "compile", help="compile a model and save the predictor",
-        description="Compile a model to machine code for this CPU and save it; "
-                    "'predict' and silvanforge.load_predictor reload it without compiling.")
+        description="Compile a model to machine code for this CPU (or --cpu) and save "
+                    "it; 'predict' and silvanforge.load_predictor reload it without "
+                    "compiling on any machine with that CPU's features.")
     p.add_argument("model", help=_MODEL_HELP)
     p.add_argument("-o", "--out", required=True, help="file to write (e.g. model.sfp)")
     p.add_argument("--precision", choices=["float32", "float64"],
