@@ -136,10 +136,12 @@ def build(spec: Spec, n_rows: int, folder: str, seed: int = 0) -> Case:
 
 
 def shared_cases(n_rows: int) -> list[Case]:
-    """../shared/models/*.json with their CSV rows (feature columns, then a label)."""
+    """../shared/models/: XGBoost ``*.json`` and LightGBM ``*.lgb.txt`` models with the
+    rows of their CSV files (``<stem>.*.csv``: feature columns, then a label)."""
     cases = []
-    for path in sorted(glob.glob(os.path.join(SHARED, "*.json"))):
-        stem = path[:-len(".json")]
+    for path in sorted(glob.glob(os.path.join(SHARED, "*.json"))
+                       + glob.glob(os.path.join(SHARED, "*.lgb.txt"))):
+        stem = path[:-len(".json")] if path.endswith(".json") else path[:-len(".lgb.txt")]
         csvs = sorted(glob.glob(stem + ".*.csv"))
         rows = np.loadtxt(csvs[0], delimiter=",", ndmin=2) if csvs else None
         case = case_from_file(path, rows, n_rows)

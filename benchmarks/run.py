@@ -43,11 +43,17 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, nargs="+", help="thread counts")
     parser.add_argument("--models", nargs="+", help="only these models (names in models.py)")
     parser.add_argument("--engines", nargs="+", help="only these engines")
+    parser.add_argument("--against", nargs=2, action="append", default=[],
+                        metavar=("LABEL", "SRC"),
+                        help="also time the SilvanForge of another checkout's src folder "
+                        "(e.g. a worktree of an earlier commit) as engine "
+                        "silvanforge@LABEL, in its own process; repeatable")
     args = parser.parse_args(argv)
     batches, threads, rounds, repeat = QUICK if args.quick else FULL
     batches, threads = args.batch or batches, args.threads or threads
     engines = [e for e in bench.default_engines(args.lleaves_venv)
                if not args.engines or e.name in args.engines]
+    engines += [bench.CheckoutEngine(src, label) for label, src in args.against]
     start = time.perf_counter()
     cases = models.cases(args.quick, max(*batches, MIN_ROWS), args.models)
     result = bench.run(cases, engines, batches, threads, rounds, repeat)

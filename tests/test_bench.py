@@ -162,3 +162,16 @@ def test_random_rows_cross_the_model_thresholds(case):
     leaves = reference.leaves(case.forest, rows)
     assert len(np.unique(leaves[:, 0])) > 1
     assert silvanforge.compile(case.forest, n_jobs=1).predict(rows).shape == (200,)
+
+
+def test_another_checkout_runs_in_its_own_process(case):
+    # This checkout's own src as the "other" one: a real worker process, checked
+    # against the reference and timed like any engine.
+    src = os.path.join(ROOT, "src")
+    result = _run(case, [bench.CheckoutEngine(src, "here"),
+                         bench.CheckoutEngine(os.path.join(ROOT, "docs"), "nowhere")])
+    rows = {(r["engine"], r["batch"]): r for r in result["rows"]}
+    assert rows["silvanforge@here", 16]["status"] == "ok"
+    assert rows["silvanforge@here", 16]["ns_per_row"] > 0
+    reasons = {s["engine"]: s["reason"] for s in result["skipped"]}
+    assert "holds no silvanforge package" in reasons["silvanforge@nowhere"]

@@ -277,14 +277,15 @@ class HummingbirdEngine(Engine):
         return _Calls(predict)
 
 
-# Runs inside lleaves' own virtualenv (it pins an older llvmlite than SilvanForge's):
-# compiles once, then answers one JSON command per line, timing on its own side.
-_LLEAVES_WORKER = r"""
+# Runs an engine in a process of its own (lleaves in its own virtualenv, as it pins an
+# older llvmlite than SilvanForge's; another SilvanForge checkout): builds the model of
+# sys.argv[1] with the code that replaces {load} (setting ``model``, whose ``predict``
+# takes ``n_jobs``), then answers one JSON command per line, timing on its own side.
+_WORKER = r"""
 import json, sys, time
-import numpy as np, lleaves
-model = lleaves.Model(model_file=sys.argv[1])
+import numpy as np
 start = time.perf_counter()
-model.compile()
+{load}
 print(json.dumps({"compile_s": time.perf_counter() - start}), flush=True)
 batches, done = None, 0
 for line in sys.stdin:
@@ -306,14 +307,19 @@ for line in sys.stdin:
 """
 
 
-class _LleavesProcess(Loaded):
-    def __init__(self, python: str, model_path: str):
-        self._dir = tempfile.TemporaryDirectory(prefix="sf-lleaves-")
+class _WorkerProcess(Loaded):
+    """An engine in its own process (:data:`_WORKER` with ``load``), run by ``python``
+    with ``env`` added to this process's environment."""
+
+    def __init__(self, python: str, model_path: str, load: str,
+                 env: Mapping[str, str] | None = None):
+        self._dir = tempfile.TemporaryDirectory(prefix="sf-worker-")
         script = os.path.join(self._dir.name, "worker.py")
         with open(script, "w") as fh:
-            fh.write(_LLEAVES_WORKER)
+            fh.write(_WORKER.replace("{load}", load))
         self._proc = subprocess.Popen([python, script, model_path], stdin=subprocess.PIPE,
-                                      stdout=subprocess.PIPE, text=True)
+                                      stdout=subprocess.PIPE, text=True,
+                                      env={**os.environ, **(env or {})})
         self.compile_s = self._read()["compile_s"]
         self._loaded: int | None = None
 
@@ -321,7 +327,7 @@ class _LleavesProcess(Loaded):
         line = self._proc.stdout.readline()
         if not line:
             status = self._proc.wait(timeout=30)
-            raise EngineSkipped(f"the lleaves worker exited with status {status} (its "
+            raise EngineSkipped(f"the worker process exited with status {status} (its "
                                 f"error is printed above)")
         return json.loads(line)
 
@@ -380,7 +386,31 @@ class LleavesEngine(Engine):
     def prepare(self, case: Case, threads: Sequence[int]) -> Loaded:
         if case.library != "lightgbm" or case.path is None:
             raise EngineSkipped("lleaves reads LightGBM text model files only")
-        return _LleavesProcess(self._python(), case.path)
+        return _WorkerProcess(self._python(), case.path, "import lleaves\n"
+                              "model = lleaves.Model(model_file=sys.argv[1])\n"
+                              "model.compile()")
+
+
+class CheckoutEngine(Engine):
+    """SilvanForge from another source tree (``src``: its ``src`` folder), in a process of
+    its own with this Python: an earlier version timed in alternation with this one,
+    compiled with its defaults (``silvanforge.compile(path, n_jobs=...)``)."""
+
+    module = "silvanforge"
+
+    def __init__(self, src: str, label: str):
+        self.src, self.name = os.path.abspath(src), f"silvanforge@{label}"
+
+    def missing(self) -> str | None:
+        found = os.path.isfile(os.path.join(self.src, "silvanforge", "__init__.py"))
+        return None if found else f"{self.src} holds no silvanforge package"
+
+    def prepare(self, case: Case, threads: Sequence[int]) -> Loaded:
+        if case.path is None:
+            raise EngineSkipped("a checkout's worker reads model files only")
+        return _WorkerProcess(sys.executable, case.path, "import silvanforge\n"
+                              f"model = silvanforge.compile(sys.argv[1], n_jobs={max(threads)})",
+                              {"PYTHONPATH": self.src})
 
 
 def default_engines(lleaves_venv: str | None = None) -> list[Engine]:
