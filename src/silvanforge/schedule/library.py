@@ -2,16 +2,14 @@
 
 Each entry is a function of the forest's tree count (schedules whose sizes depend on the
 forest) returning the text form, so every named schedule is also an example of it.
+The measurements behind each choice are in docs/SCHEDULES.md ("Named schedules").
 
 - ``default``: CPU default, rows in blocks of 12, all trees for a block, then the next
   block; blocks in parallel; the 12 walks of a block through one tree interleaved
   (``tile(batch, b0, b1, 12); reorder(b0, tree, b1); interleave(b1); parallel(b0)``). A
   tree's nodes stay in cache across the block, parallelism is over independent rows (no
   reduction to legalise), and interleaving hides the load latency of each walk step,
-  which bounds a single walk. Block size (1 thread, batch 4096, ns/row, interleaved
-  medians): higgs array 8: 806, 10: 760, 12: 712, 16: 749, 32: 798; year array all
-  within 1%; random forest array 12: 1235, 16: 1266, 32: 1293; nyc-taxi-like sparse
-  12: 1518, 16: 1608, 32: 1640. Twelve walks' nodes nearly fit the registers, and the
+  which bounds a single walk. Twelve walks' nodes nearly fit the registers, and the
   kernel compiles in a third of the time of 32.
 - ``vector``: ``tile(batch, b0, b1, 64); reorder(b0, tree, b1); cache(b0); vectorize(b1);
   parallel(b0)``: 16 rows walk a tree as the lanes of one vector walk, a block's four
@@ -20,20 +18,17 @@ forest) returning the text form, so every named schedule is also an example of i
   (docs/ARCHITECTURE.md "Vector walks across rows").
 - ``xgboost``: seed §4.2: ``tile(batch, b0, b1, 64); reorder(b0, tree, b1); parallel(b0)``;
   ``cache=True`` adds ``cache(b0)``: a representation whose walks read a prepared form of
-  their row (``mask``) prepares each row of a block once, not once per tree (airline-
-  cat-like, 1 thread, 64-4096 rows: 0.6x the time of preparing per walk; nyc-taxi-like
-  0.85x). ``compile(representation="mask")`` uses it when no schedule is given.
+  their row (``mask``) prepares each row of a block once, not once per tree.
+  ``compile(representation="mask")`` uses it when no schedule is given.
 - ``small_batch``: for a handful of rows: each row walks 10 trees at a time, interleaved
   (``tile(tree, t0, t1, 10); interleave(t1)``); a single row has no other walks to
-  overlap. One row's kernel call (p10 of 60 interleaved runs of 1000 rows, µs) on higgs
-  at 8/10/12/16 trees: 1.18/1.13/1.19/1.26, on year 1.23/1.24/1.41/1.45 (16 walks'
-  nodes spill out of the registers). ``compile`` uses it for batches of up to 8 rows when no schedule is given.
+  overlap (16 walks' nodes spill out of the registers). ``compile`` uses it for
+  batches of up to 8 rows when no schedule is given.
 - ``code_rows``: for the ``code`` representation, which needs constant tree indices:
   rows in parallel blocks of 64; for a block, trees in chunks of 25, each chunk over
   every row of the block; both tree loops unrolled (``tile(batch, b0, b1, 64);
   tile(tree, t0, t1, 25); reorder(b0, t0, b1, t1); unroll(t0); unroll(t1);
-  parallel(b0)``). A chunk's code stays in the instruction cache across the rows (on a
-  100-tree LightGBM model, 1 thread: 1.1-1.5x faster than each row through all trees).
+  parallel(b0)``). A chunk's code stays in the instruction cache across the rows.
   ``compile(representation="code")`` uses it when no schedule is given.
 - ``one_tree_at_a_time``: ``reorder(tree, batch)``: one tree over the whole batch.
 - ``tree_parallel``: the tree loop tiled into ``chunks`` parallel chunks (2 by default,
@@ -64,9 +59,8 @@ def _default(n_trees: int) -> str:
 
 
 # Rows a block of the ``vector`` schedule: four vector walks of 16 rows through a tree
-# in turn. Higgs / year, 1 thread, 1024 rows, time against 64 rows (shuffled order, 61
-# rounds; two copies of one kernel differ by up to 5%): 32 rows 1.09 / 1.09, 48 rows
-# 0.98 / 0.97; 64 is the most walks interleave takes and serves 2 threads from 128 rows.
+# in turn; 64 is the most walks interleave takes and serves 2 threads from 128 rows
+# (docs/SCHEDULES.md, "Named schedules").
 VECTOR_BLOCK = 64
 
 

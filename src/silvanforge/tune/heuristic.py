@@ -29,28 +29,26 @@ from ..representations import REGISTRY
 from ..schedule.library import SMALL_TREE_TILE, VECTOR_BLOCK
 from . import space
 
+# The evidence for each rule below is in docs/TUNING.md ("The guided search").
 # Leaders of the shortlist that the second stage refines (the seed keeps 3; on CPUs one
-# keeps the search within 5% of the exhaustive one's time).
+# keeps the search close to the exhaustive one's time).
 KEEP = 1
 # Batches of at most SMALL_BATCH rows interleave each row's walks through a tile of
-# SMALL_TREE_TILE trees, as the predictor's small-batch kernel (one higgs row 3.0 µs
-# this way against 10.4 µs in row blocks, equal at 8 rows); larger ones take row blocks.
-# The first stage's row block is at most this many rows (fewer for smaller batches);
-# the second tries 8 rows and half the block. At batch 1024 the best block was 16, 8 and
-# 64 rows on the three models, the others within 15% of it on two of them; 128 rows
-# cannot be interleaved (more than 64 walks).
+# SMALL_TREE_TILE trees, as the predictor's small-batch kernel; larger ones take row
+# blocks of at most this many rows (fewer for smaller batches); the second stage tries
+# 8 rows and half the block. 128 rows cannot be interleaved (more than 64 walks).
 MAX_BLOCK = 32
 REFINE_BLOCK = 8
-# Code-emitting representations take blocks of this many rows and no other: it was the
-# best block at batch 16 and 1024 on nyc-taxi, and a code kernel takes 1-14 s to compile.
+# Code-emitting representations take blocks of this many rows and no other (a code
+# kernel is slow to compile).
 CODE_BLOCK = 16
-# From this many rows a call, walks are always interleaved (not interleaving cost
-# 1.32-1.83x at batch 1024 on all three models); below, the second stage tries both.
+# From this many rows a call, walks are always interleaved; below, the second stage
+# tries both.
 ALWAYS_INTERLEAVE = 128
 # The layouts that pad each tree to a complete binary tree.
 PADDED = ("array", "reorg")
-# Walk unrolling and peeling are not searched: the best point with one was within 5%
-# of the best without on every model and batch, less than the timing noise.
+# Walk unrolling and peeling are not searched: they changed the best time by less than
+# the timing noise.
 
 
 def threads_for(batch: int, n_jobs: int) -> int:
@@ -78,9 +76,8 @@ def representations(forest: Forest) -> list[str]:
 
     Near-complete trees (those ``compile`` gives the padded array layout by default)
     take the padded layouts that walk them in exactly their depth (array, reorg);
-    skewed trees take the compact table and the code-emitting representations (at
-    batch 16: reorg 1.00, array 1.15-1.22, sparse 1.18-1.40 of the best on higgs and the
-    random forest; sparse 1.00, array 1.41, reorg 2.62 on LightGBM's skewed trees).
+    skewed trees take the compact table and the code-emitting representations
+    (docs/TUNING.md's exhaustive searches).
     """
     names = space.option_axes()[0].values
     compact = REGISTRY["array"].suits(forest, "float64", frozenset())

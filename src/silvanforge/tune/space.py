@@ -67,8 +67,8 @@ ORDERS: dict[str, tuple[Axis, ...]] = {
 CODE_ORDERS = ("unrolled_trees",)
 # Orders whose walks only the array layout takes, untiled.
 VECTOR_ORDERS = ("row_vectors",)
-# Uniform tile sizes searched: 1 (no tiles) and 3, the best tiled size measured (higgs,
-# sparse: 1.08x faster than untiled; sizes 2, 4, 6, 8 slower than 3 on every model).
+# Uniform tile sizes searched: 1 (no tiles) and 3, the best tiled size measured
+# (docs/TUNING.md).
 TILE_SIZES = (1, 3)
 
 
