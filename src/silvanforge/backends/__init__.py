@@ -42,5 +42,5 @@ def target_info(name: str) -> TargetInfo:
     info = TARGETS.get(name) if isinstance(name, str) else None
     if info is None:
         raise InputError(f"unknown target {name!r}; choose from "
-                         + ", ".join(repr(t) for t in TARGETS))
+                         + ", ".join(repr(t) for t in sorted(TARGETS)))
     return info

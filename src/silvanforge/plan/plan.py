@@ -13,7 +13,7 @@ representation: array, float32 thresholds
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -78,9 +78,6 @@ class Plan:
         values["schedule"] = Schedule.parse(values["schedule"], forest.n_trees)
         values["small_schedule"] = Schedule.parse(small, forest.n_trees) if small else None
         return cls(forest=forest, node_tile=node_tile, **values)
-
-    def with_cpu(self, cpu: str) -> "Plan":
-        return replace(self, cpu=cpu)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Plan) and self.to_json() == other.to_json()

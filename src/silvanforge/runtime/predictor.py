@@ -57,6 +57,7 @@ _SCORE = kernel_finish.SCORE
 # about a microsecond of work, where releasing the GIL and taking it back costs 0.1.
 HOLD_GIL_WALKS = 1024
 
+
 class _Kernel:
     """One schedule's compiled code: MIR, LIR and machine code."""
 
@@ -100,8 +101,6 @@ def _object_files(archive: Any, kernel: int) -> tuple[bytes, ...]:
     names = itertools.takewhile(archive.files.__contains__,
                                 (f"object_code_{kernel}_{j}" for j in itertools.count()))
     return tuple(archive[name].tobytes() for name in names)
-
-
 
 
 class Predictor(ForestShape):
@@ -318,6 +317,7 @@ def _plan_of_options(options: dict[str, Any]) -> dict[str, Any]:
     machine. Those with a small-batch kernel sized their threads (before
     ``sized_threads`` was saved)."""
     small = options.get("small_schedule")
-    return {**options, "target": "cpu", "cpu": "native", "small_batch": SMALL_BATCH * bool(small),
+    return {**options, "target": "cpu", "cpu": "native",
+            "small_batch": SMALL_BATCH if small else 0,
             "sized_threads": bool(options.get("sized_threads") or small)}
 
