@@ -7,6 +7,7 @@ import importlib
 import threading
 import warnings
 
+import llvmlite.binding as llvm
 import numpy as np
 import pytest
 from hypothesis import given
@@ -16,7 +17,8 @@ from hypothesis.extra import numpy as hnp
 from silvanforge.backends import target_info
 from silvanforge.backends.cpu.llvm import render_module
 from silvanforge.backends.cpu import (CompiledKernel, RowsLayout, Target, build, compile_kernel,
-                                     entry, jit, openmp)
+                                     compile_kernels, entry, jit, openmp)
+from silvanforge.backends.cpu.target import PSABI_LEVELS, llvm_help
 from silvanforge.errors import BackendError, InputError, SilvanForgeWarning
 from silvanforge.lir import ir
 from silvanforge.lir.printer import print_lir
@@ -435,6 +437,80 @@ def test_object_code_for_missing_cpu_features_is_refused(par_kernels):
         CompiledKernel.from_object(k.object_code, arm, "par", k.params)
     with pytest.raises(BackendError, match="no function 'nope'"):
         CompiledKernel.from_object(k.object_code, k.target, "nope", k.params)
+
+
+def vector_product(name: str = "product") -> ir.Kernel:
+    """out[0:16] = x[0:16] * x[16:32] in doubles: 1024 bits, as wide as a target's
+    registers allow."""
+    x, out = ir.Buffer("x", ir.F64, readonly=True), ir.Buffer("out", ir.F64)
+    return ir.Kernel(name, [x, out], [ir.Store(out, ir.i64(0), ir.BinOp(
+        "mul", ir.VectorLoad(x, ir.i64(0), 16), ir.VectorLoad(x, ir.i64(16), 16)))])
+
+
+def assembly(k: CompiledKernel) -> str:
+    return k.target.machine().emit_assembly(llvm.parse_assembly(k.llvm_ir))
+
+
+@pytest.mark.parametrize("cpu, register, wider", [
+    ("x86-64-v2", "xmm", ("ymm", "zmm")), ("x86-64-v3", "ymm", ("zmm",)),
+    ("x86-64-v4", "zmm", ()), ("skylake-avx512", "zmm", ())])
+def test_named_cpus_get_vector_registers_of_their_width(cpu, register, wider):
+    k = compile_kernel(vector_product(), target=Target.named(cpu))
+    code = assembly(k)
+    assert k.target.cpu == cpu and register in code
+    assert not [w for w in wider if w in code]
+    x, out = np.arange(32.0), np.zeros(16)
+    if not k.target.runs_on(Target.host()):
+        with pytest.raises(BackendError, match=cpu):
+            call(k, x, out)
+        with pytest.raises(BackendError, match=cpu):
+            k.entry()(x, out)
+        return
+    call(k, x, out)
+    np.testing.assert_array_equal(out, x[:16] * x[16:])
+
+
+def test_compile_kernels_builds_each_kernel_for_the_target():
+    # With two cores or more, the second kernel is built by a worker process.
+    v3 = Target.named("x86-64-v3")
+    built = compile_kernels([vector_product("a"), vector_product("b")], target=v3)
+    assert [k.target for k in built] == [v3, v3]
+    assert not [k.name for k in built if "zmm" in assembly(k) or "ymm" not in assembly(k)]
+
+
+def test_named_targets_and_where_their_code_runs():
+    host = Target.host()
+    assert Target.named("native") == host
+    levels = [Target.named(level) for level in PSABI_LEVELS]
+    for below, above in zip(levels, levels[1:]):
+        assert below.enabled() < above.enabled()
+    assert {"sse2", "avx2", "avx512f"} & levels[2].enabled() == {"sse2", "avx2"}
+    # Each level's features are names LLVM knows: a misspelt one would refuse every host.
+    assert set().union(*PSABI_LEVELS.values()) <= llvm_help(host.triple)["features"]
+    for level in levels:
+        assert level.runs_on(host) == (level.enabled() <= host.enabled())
+    sse2_only = Target(host.triple, "opteron", "+cmov,+cx8,+fxsr,+mmx,+sse,+sse2")
+    assert levels[0].runs_on(sse2_only) and not levels[1].runs_on(sse2_only)
+    # A CPU named without features runs only where LLVM gives the host that name.
+    skx = Target.named("skylake-avx512")
+    assert skx.features == "" and skx.runs_on(Target(host.triple, "skylake-avx512", ""))
+    assert not skx.runs_on(Target(host.triple, "cascadelake", host.features))
+    assert Target(host.triple, "generic", "").runs_on(sse2_only)
+    arm = Target("aarch64-unknown-linux-gnu", "neoverse-v2", "+neon")
+    assert not arm.runs_on(host) and "aarch64" in arm.mismatch(host)
+
+
+@pytest.mark.parametrize("name", ["pentium-9000", "help", "x86-64-v5", ""])
+def test_unknown_cpu_names_are_refused(name):
+    with pytest.raises(BackendError, match=f"unknown CPU '{name}'"):
+        Target.named(name)
+
+
+def test_object_code_for_another_named_cpu_is_refused(par_kernels):
+    k = par_kernels["default"]
+    other = Target(k.target.triple, "cpu-of-tomorrow", "")
+    with pytest.raises(BackendError, match="runs only on that CPU"):
+        CompiledKernel.from_object(k.object_code, other, "par", k.params)
 
 
 def test_function_outlives_its_compiled_kernel():

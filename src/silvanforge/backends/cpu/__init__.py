@@ -1,4 +1,5 @@
-"""The CPU backend: LIR → LLVM IR → host machine code, parallel loops on OpenMP.
+"""The CPU backend: LIR → LLVM IR → machine code for the host or a named CPU, parallel loops
+on OpenMP.
 
 >>> from silvanforge.backends.cpu import compile_kernel
 >>> from silvanforge.lir import ir

@@ -1,4 +1,5 @@
-"""Compile a LIR kernel for the host CPU, and reload its object code without compiling.
+"""Compile a LIR kernel for the host CPU or a named one (:mod:`.target`), and reload its
+object code without compiling.
 
 Both paths end in the same place: object code is added to an MCJIT engine over an empty
 module, so a kernel compiled now and one reloaded from bytes run identical machine code.
@@ -9,7 +10,6 @@ code is one object file per module, linked by the engine.
 from __future__ import annotations
 
 import ctypes
-from dataclasses import dataclass
 from typing import Callable, Sequence, Union
 
 import llvmlite.binding as llvm
@@ -20,6 +20,7 @@ from . import build, llvmtext as ll, openmp
 from .entry import RowsLayout, kernel_entry
 from .freevars import walk_stmts
 from .llvm import render_module
+from .target import Target
 
 _ARG_CTYPES = {ir.BOOL: ctypes.c_bool, ir.I8: ctypes.c_int8, ir.I32: ctypes.c_int32,
                ir.I64: ctypes.c_int64, ir.F32: ctypes.c_float, ir.F64: ctypes.c_double}
@@ -33,54 +34,11 @@ MIN_PARALLEL_INSTRUCTIONS = 10_000
 Params = Sequence[Union[ir.Buffer, ir.Var]]
 
 
-@dataclass(frozen=True)
-class Target:
-    """What machine code was built for: LLVM triple, CPU name, ``+feat,-feat`` string."""
-
-    triple: str
-    cpu: str
-    features: str
-
-    @classmethod
-    def host(cls) -> "Target":
-        """The machine this process runs on.
-
-        >>> Target.host().triple == llvm.get_process_triple()
-        True
-        """
-        llvm.initialize_native_target()
-        llvm.initialize_native_asmprinter()
-        return cls(llvm.get_process_triple(), llvm.get_host_cpu_name(),
-                   llvm.get_host_cpu_features().flatten())
-
-    @classmethod
-    def named(cls, cpu: str) -> "Target":
-        """The host's architecture with LLVM CPU ``cpu`` ("native": this machine)."""
-        return cls.host() if cpu == "native" else cls(cls.host().triple, cpu, "")
-
-    def runs_on(self, host: "Target") -> bool:
-        """Whether code built for this target runs on ``host``."""
-        return self.triple.split("-")[0] == host.triple.split("-")[0] \
-            and not self.enabled() - host.enabled()
-
-    def enabled(self) -> set[str]:
-        """The CPU features this target turns on.
-
-        >>> sorted(Target("x", "cpu", "+avx,-avx512f,+sse2").enabled())
-        ['avx', 'sse2']
-        """
-        return {f[1:] for f in self.features.split(",") if f.startswith("+")}
-
-    def machine(self, opt: int = 2) -> llvm.TargetMachine:
-        """An LLVM target machine generating code for this target at level ``opt``."""
-        return llvm.Target.from_triple(self.triple).create_target_machine(
-            cpu=self.cpu, features=self.features, opt=opt, jit=True)
-
-
 def compile_kernel(kernel: ir.Kernel, *, opt: int = 2,
                    target: Target | None = None) -> "CompiledKernel":
     """Compile ``kernel`` for ``target`` (default: the host CPU) at LLVM optimisation
-    level ``opt`` (0-3).
+    level ``opt`` (0-3). Code for a target that does not run here is built, and can be
+    saved, but not called (:class:`CompiledKernel`).
 
     Parallel loops call the OpenMP runtime; without one they run serially (one warning).
 
@@ -125,7 +83,8 @@ def _render(kernel: ir.Kernel, target: Target, pieces: "_Pieces | None" = None) 
 
 def compile_kernels(kernels: Sequence[ir.Kernel], *, opt: int = 2,
                     target: Target | None = None) -> list["CompiledKernel"]:
-    """Compile several kernels at level ``opt``: each after the first is built by a
+    """Compile several kernels for ``target`` (default: the host CPU) at level ``opt``:
+    each after the first is built by a
     worker process while this one builds the first (a predictor's main and small-batch
     kernels), where the machine has more than one core; one kernel is
     :func:`compile_kernel`'s (its own pieces in parallel).
@@ -179,6 +138,10 @@ class CompiledKernel:
     scalars as their C type. ``object_code`` (object files) and ``target`` are what
     :meth:`from_object` needs to load the same code again; ``llvm_ir`` is the optimised
     module or modules (None after a reload). The JIT engine lives as long as this object.
+    Code built for a target that does not run on this machine (``refusal`` says why)
+    loads and can be saved, but ``function`` and the callable :meth:`entry` returns
+    raise :class:`BackendError` when called: running it would end the process on an
+    illegal instruction.
     """
 
     def __init__(self, object_code: tuple[bytes, ...], target: Target, name: str,
@@ -188,7 +151,9 @@ class CompiledKernel:
                                "runtime was found")
         self.object_code, self.target, self.name = object_code, target, name
         self.params, self.llvm_ir = tuple(params), llvm_ir
-        self._machine = Target.host().machine()
+        host = Target.host()
+        self.refusal = target.mismatch(host)
+        self._machine = host.machine()
         self._engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), self._machine)
         for obj in object_code:
             self._engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
@@ -196,12 +161,19 @@ class CompiledKernel:
         self.address = self._engine.get_function_address(name)
         if not self.address:
             raise BackendError(f"the object code has no function {name!r}")
+        if self.refusal is not None:
+            self.function: Callable = self._refuse
+            return
         argtypes = [ctypes.c_void_p if isinstance(p, ir.Buffer) else _ARG_CTYPES[p.dtype]
                     for p in params]
         self.function = ctypes.CFUNCTYPE(None, *argtypes)(self.address)
         # The callable may outlive this object (``compile_kernel(k).function``): it
         # keeps the engine that owns its code alive.
-        self.function.owner = self
+        self.function.owner = self  # type: ignore[attr-defined]
+
+    def _refuse(self, *args: object) -> None:
+        raise BackendError(f"kernel {self.name} {self.refusal}: it runs where it was "
+                           "built for (save it, load it there)")
 
     def entry(self, bound: Sequence[int] = (), rows: RowsLayout | None = None) -> Callable:
         """The kernel as a Python callable taking arrays and ints for its parameters
@@ -220,6 +192,8 @@ class CompiledKernel:
         >>> a
         array([7.])
         """
+        if self.refusal is not None:
+            return self._refuse
         return kernel_entry(self.params, self.function, self.address, bound, keep=self,
                             rows=rows)
 
@@ -228,19 +202,13 @@ class CompiledKernel:
                     params: Params) -> "CompiledKernel":
         """Load object code built by :func:`compile_kernel`, without recompiling.
 
-        Raises :class:`BackendError` when this machine is not ``target``'s architecture
-        or lacks a CPU feature the code was built for.
+        Raises :class:`BackendError` where the code does not run on this machine
+        (:meth:`.Target.mismatch`).
 
         >>> k = compile_kernel(ir.Kernel("noop", [], []))
         >>> CompiledKernel.from_object(k.object_code, k.target, "noop", []).function()
         """
-        host = Target.host()
-        if host.triple.split("-")[0] != target.triple.split("-")[0]:
-            raise BackendError(f"kernel {kernel_name} was built for {target.triple}; "
-                               f"this machine is {host.triple}")
-        missing = target.enabled() - host.enabled()
-        if missing:
-            raise BackendError(f"kernel {kernel_name} was built for CPU {target.cpu} "
-                               f"with features this CPU ({host.cpu}) lacks: "
-                               + ", ".join(sorted(missing)))
+        refusal = target.mismatch(Target.host())
+        if refusal is not None:
+            raise BackendError(f"kernel {kernel_name} {refusal}")
         return cls(object_code, target, kernel_name, params)

@@ -347,6 +347,7 @@ class _FunctionBuilder:
         else:
             vty = ll.VectorType(llvm_type(buf.dtype), per)
             mask = ll.VectorType(ll.IntType(1), per)
+            at = self.b.pointer_to(at, vty)
             fnty = ll.FunctionType(vty, [at.type, _I32, mask, vty])
             name = f"llvm.masked.load.{_suffix(vty, buf.dtype)}.p0"
             lanes = ", ".join(f"i1 {int(i < count)}" for i in range(per))

@@ -9,7 +9,10 @@ value is its type and its name: ~5x less. LLVM parses and verifies the text, so 
 here is an error at compile time, never wrong code.
 
 Pointers are typed (``double*``), as llvmlite prints them: every LLVM that llvmlite >= 0.44
-links parses them.
+links parses them. LLVM 15 (llvmlite 0.44) keeps them typed, and there an access must go
+through a pointer to the very type it loads or stores: a vector access casts its element
+pointer first (:meth:`IRBuilder.pointer_to`). LLVM 17 and later read every pointer as the
+opaque ``ptr``, and the cast is a no-op.
 
 >>> m = Module("m")
 >>> f = Function(m, FunctionType(VoidType(), [DoubleType().as_pointer()]), "twice")
@@ -355,7 +358,14 @@ class IRBuilder:
         emit = self._pure if invariant else self._value
         return emit(pointee, f"load {pointee.text}, {ptr.type.text} {ptr.ref}")
 
+    def pointer_to(self, ptr: Value, type_: Type) -> Value:
+        """``ptr`` as a pointer to ``type_`` (a vector of its elements, say)."""
+        if ptr.type.pointee == type_:  # type: ignore[attr-defined]
+            return ptr
+        return self.convert("bitcast", ptr, type_.as_pointer())
+
     def store(self, value: Value, ptr: Value, align: int = 0) -> None:
+        ptr = self.pointer_to(ptr, value.type)
         at = f", align {align}" if align else ""
         self._lines.append(f"  store {value.type.text} {value.ref}, {ptr.type.text} "
                            f"{ptr.ref}{at}")
@@ -365,6 +375,7 @@ class IRBuilder:
         element is."""
         element = ptr.type.pointee  # type: ignore[attr-defined]
         vty = VectorType(element, count)
+        ptr = self.pointer_to(ptr, vty)
         emit = self._pure if invariant else self._value
         return emit(vty, f"load {vty.text}, {ptr.type.text} {ptr.ref}, "
                          f"align {_BYTES[element.text]}")
