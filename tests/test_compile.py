@@ -24,6 +24,8 @@ from test_forest import random_forests, stump, forest_of
 from util import probe_rows, unaligned
 
 REPRESENTATIONS = ["array", "sparse", "reorg"]
+# Every host the suite supports (x86-64 with AVX2 and up) runs code built for these.
+CPUS = ["native", "x86-64-v2", "x86-64-v3"]
 
 
 def schedules(forest) -> dict[str, str]:
@@ -57,13 +59,15 @@ def schedules(forest) -> dict[str, str]:
 @settings(max_examples=40, deadline=None)
 @given(forest=random_forests(), seed=st.integers(0, 2**32 - 1),
        representation=st.sampled_from(REPRESENTATIONS), which=st.integers(0, 100),
-       n_jobs=st.sampled_from([1, 2]), dtype=st.sampled_from([np.float32, np.float64]))
-def test_compiled_equals_reference(forest, seed, representation, which, n_jobs, dtype):
+       n_jobs=st.sampled_from([1, 2]), dtype=st.sampled_from([np.float32, np.float64]),
+       cpu=st.sampled_from(CPUS))
+def test_compiled_equals_reference(forest, seed, representation, which, n_jobs, dtype, cpu):
     options = schedules(forest)
     name = sorted(options)[which % len(options)]
     try:
         predictor = silvanforge.compile(forest, schedule=options[name],
-                                        representation=representation, n_jobs=n_jobs)
+                                        representation=representation, n_jobs=n_jobs,
+                                        cpu=cpu)
     except silvanforge.UnsupportedModelError:
         assert representation == "array"  # a tree too deep for a padded array
         return

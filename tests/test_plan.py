@@ -3,12 +3,15 @@ fit them (a valid schedule is never refused because of a default the planner pic
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
 import silvanforge
 from silvanforge import reference
-from silvanforge.errors import InputError
+from silvanforge.backends.cpu import Target
+from silvanforge.errors import BackendError, InputError
 from silvanforge.model.forest import MISSING_NAN, MISSING_NONE, OP_LE
 from silvanforge.model.builder import build_forest
 from silvanforge.plan import Plan, cache, make_plan
@@ -52,7 +55,7 @@ def check(predictor, forest, seed=0):
                                rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.parametrize("cpu", ["x86-64-v3", "native"])
+@pytest.mark.parametrize("cpu", ["x86-64-v2", "x86-64-v3", "native"])
 def test_a_valid_schedule_runs_whatever_layout_the_planner_picks(skewed, cpu):
     every = {**schedules(skewed), **USER_SCHEDULES}
     for name, text in every.items():
@@ -125,3 +128,36 @@ def test_the_tuning_cache_keys_on_the_cpu(stumps):
     keys = {cache.cache_key(stumps, 16, 1, cpu)["cpu"]
             for cpu in ("native", "x86-64-v2", "x86-64-v3")}
     assert len(keys) == 3
+
+
+def test_a_predictor_built_for_a_cpu_runs_only_where_it_can(stumps, monkeypatch, tmp_path):
+    X = probe_rows(stumps, 1, 40)
+    portable = silvanforge.compile(stumps, cpu="x86-64-v2", n_jobs=1)
+    assert portable.kernel.target.cpu == "x86-64-v2"
+    check(portable, stumps)
+    # Code for a CPU with AVX-512, built on a machine without it: it saves, but refuses
+    # to run here (an illegal instruction otherwise), and a machine with those features
+    # loads it without recompiling.
+    host = Target.host()
+    avx2 = Target(host.triple, "haswell", "+avx,+avx2,+fma,-avx512f")
+    monkeypatch.setattr(Target, "host", classmethod(lambda cls: avx2))
+    future = silvanforge.compile(stumps, cpu="x86-64-v4", n_jobs=1)
+    with pytest.raises(BackendError, match="avx512"):
+        future.predict(X)
+    future.save(tmp_path / "v4.sfp")
+    with pytest.warns(UserWarning, match="recompiling for this CPU.*avx512"):
+        here = silvanforge.load_predictor(tmp_path / "v4.sfp")
+    assert here.plan.cpu == "native"
+    check(here, stumps)
+    monkeypatch.undo()
+    if Target.named("x86-64-v4").runs_on(Target.host()):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            loaded = silvanforge.load_predictor(tmp_path / "v4.sfp")
+        assert loaded.plan.cpu == "x86-64-v4"
+        check(loaded, stumps)
+
+
+def test_an_unknown_cpu_is_named(stumps):
+    with pytest.raises(BackendError, match="unknown CPU 'pentium-9'"):
+        make_plan(stumps, cpu="pentium-9")

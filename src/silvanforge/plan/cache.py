@@ -63,7 +63,7 @@ def model_hash(forest: Forest) -> str:
 def cpu_id(cpu: str = "native") -> str:
     """The CPU code is built for (``cpu``: "native", this machine, or an LLVM CPU name)
     as code generation sees it: LLVM's CPU name and feature string."""
-    target = Target.host() if cpu == "native" else Target.named(cpu)
+    target = Target.named(cpu)
     return f"{target.cpu} {target.features}"
 
 

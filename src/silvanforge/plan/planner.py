@@ -82,7 +82,7 @@ def cpu_target(cpu: str = "native") -> Target:
     """The CPU code is built for: "native" (this machine) or an LLVM CPU name."""
     if not isinstance(cpu, str):
         raise InputError(f"cpu must be an LLVM CPU name or 'native', not {cpu!r}")
-    return Target.host() if cpu == "native" else Target.named(cpu)
+    return Target.named(cpu)
 
 
 def choose_precision(forest: Forest, precision: str | None) -> str:

@@ -116,9 +116,9 @@ class Predictor(ForestShape):
         object files a kernel) built for ``built_for``. Code this CPU cannot run is
         rebuilt for it, with a warning."""
         forest = self.forest = plan.forest
-        if object_code and not built_for.runs_on(Target.host()):
-            warnings.warn(f"recompiling for this CPU: the saved code was built for CPU "
-                          f"{built_for.cpu}, which needs features this one lacks",
+        mismatch = built_for.mismatch(Target.host()) if object_code else None
+        if mismatch:
+            warnings.warn(f"recompiling for this CPU: the saved code {mismatch}",
                           stacklevel=3)
             plan, object_code = replace(plan, cpu="native"), ()
         self.plan = plan
