@@ -244,14 +244,20 @@ def _guarded(guards: tuple[Cond, ...], body: list[Op]) -> list[Op]:
 
 def _strongest(var: str, conds: list[Cond]) -> Cond | None:
     """The one condition of ``conds`` that implies all the others (an interleaved member
-    has one), None for none. ``a < min(A)`` implies ``b < min(B)`` when ``a - b`` is no
-    negative sum of indices and B's terms are among A's."""
+    has one), None for none. ``a < min(A)`` implies ``b < min(B)`` when ``a - b`` is a
+    sum of indices (never negative) and each term of B is a constant past a term of A or
+    past b (a tile's end: ``t0 + 8 < min(t0 + 16, T)``)."""
+    def at_least(t: Affine, u: Affine, by: int) -> bool:
+        return t.div == u.div == 1 and (t - u).is_const and (t - u).const >= by
+
     def implies(a: Cond, b: Cond) -> bool:
         if a.value.div != 1 or b.value.div != 1:
             return False
         d = a.value - b.value
-        return d.const >= 0 and all(c > 0 for _, c in d.terms) \
-            and set(b.bound.terms) <= set(a.bound.terms)
+        if d.const < 0 or any(c < 0 for _, c in d.terms):
+            return False
+        return all(any(at_least(t, u, 0) for u in a.bound.terms) or at_least(t, b.value, 1)
+                   for t in b.bound.terms)
 
     for c in conds:
         if all(implies(c, other) for other in conds):
@@ -266,7 +272,7 @@ def _ops(body: list[Op]):
     """Every op of ``body``, nested ones included."""
     for op in body:
         yield op
-        if isinstance(op, Loop):
+        if isinstance(op, (Loop, Guard)):
             yield from _ops(list(op.body))
 
 
