@@ -66,6 +66,8 @@ _FLAGS = {"parallel": "parallel", "unroll": "unroll", "specialize": "specialize"
           "atomicReduce": "atomic_reduce", "sharedReduce": "shared_reduce"}
 _VALUED = {"unrollWalk": "unroll_walk", "peelWalk": "peel_walk",
            "vectorReduce": "vector_reduce", "gpuDimension": "gpu_dim"}
+# Directives on an innermost loop (vectorize sets interleave) -> the attribute they set.
+_INNERMOST = {"interleave": "interleave", "unrollWalk": "unroll_walk", "peelWalk": "peel_walk"}
 
 
 @dataclass(frozen=True)
@@ -380,6 +382,11 @@ class Schedule:
         siblings, i = self._find(v)
         node = siblings[i]
         inside = [p.var for child in node.children for p in _nodes(child)]
+        for x in sorted(set(self.attrs) - set(inside) - {v}):
+            for d in sorted(self._deps(x) & {v, *inside}):
+                # x would need d's index from both parts, where it is two loops.
+                raise self._error(f"{x!r}, outside {v!r}, starts from {d!r}'s index; "
+                                  f"split {v!r} before reordering {x!r} outside it")
         parts = []
         for part, rule in ((first, "split_first"), (second, "split_second")):
             rename = tuple([(v, part)] + [(x, f"{x}.{part}") for x in inside])
@@ -407,12 +414,27 @@ class Schedule:
         if chain is None or len(chain) != len(names) or any(
                 len(node.children) != 1 for node in chain[:-1]):
             raise self._error("the loops must be successive, perfectly nested loops")
+        innermost = chain[-1]
+        needs = [op for op, attr in _INNERMOST.items() if attr in self.attrs[innermost.var]]
+        if needs and not innermost.children and names[-1] != innermost.var:
+            raise self._error(f"{innermost.var!r} has {needs[0]}, which needs it innermost")
         top_siblings, top_i = self._find(chain[0].var)
         body = chain[-1].children
         new = LoopNode(names[-1], body)
         for name in reversed(names[:-1]):
             new = LoopNode(name, [new])
         top_siblings[top_i] = new
+
+    def _deps(self, var: str) -> set[str]:
+        """Live loops whose index var's range starts from."""
+        info = self.vars[var]
+        if info.rule == "root":
+            return set()
+        deps = self._deps(info.parent)
+        if info.rule == "tile_inner":
+            deps |= {self.resolve(info.partner)}
+        rename = dict(info.rename)
+        return {self.resolve(rename.get(d, d)) for d in deps}
 
     def _set(self, var: str, attr: str, value: Any = True) -> None:
         if attr in self.attrs[var]:
