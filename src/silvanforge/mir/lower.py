@@ -5,9 +5,13 @@ Loop bounds come from how each variable was made (see ``schedule.VarInfo``): ``b
 bigger step, its inner loop ``[outer, min(outer + size*step, end))`` (the ``min`` is
 dropped when the size divides a compile-time range); a split's parts run ``[start,
 min(start + n*step, end))`` and ``[min(start + n*step, end), end)``; a split copy runs the
-range of the loop it copies with the split's renaming. The innermost body is a walk of
-the innermost tree variable's tree for the innermost batch variable's row, reduced into
-``result``. ``unroll``/``specialize`` replace a loop by copies with the index
+range of the loop it copies with the split's renaming. A loop reordered outside a loop its
+range starts from (a tile's inner loop outside its outer) becomes an offset loop over
+``[0, trip)``: the indices inside use ``start + var*step`` in its place, and a guard
+``start + var*step < end`` (none where the trip count keeps it) wraps the body of the
+innermost loop it uses. The innermost body is a walk of the finest tree loop's tree for
+the finest batch loop's row (the loops no other loop of their kind starts from: the
+innermost ones, unless an inner loop moved out), reduced into ``result``. ``unroll``/``specialize`` replace a loop by copies with the index
 substituted; ``interleave`` replaces the innermost loop by one interleaved walk group.
 
 >>> from silvanforge.schedule import Schedule
@@ -186,10 +190,10 @@ class _Builder:
         for i in range(trip):
             value = lo + i * loop.step
             e, gs = _bind(env, guards, loop.var, value)
-            conds = [c for c in ((() if exact else (Cond(value, loop.upper),)) + gs)
-                     if c.free() or not c.evaluate({})]
-            if any(not c.free() for c in conds):
-                continue  # a constant false condition: this member never exists
+            conds = (() if exact else (Cond(value, loop.upper),)) + gs
+            if any(not c.free() and not c.evaluate({}) for c in conds):
+                continue  # an unrolled guard keeps this member out
+            conds = tuple(c for c in conds if c.free())
             tree, row = self.indices(inner, e)
             valid = _strongest(loop.var, conds)
             members.append(WalkMember(tree, row, f"leaf{i}", valid))
@@ -242,7 +246,7 @@ def _guarded(guards: tuple[Cond, ...], body: list[Op]) -> list[Op]:
     return body
 
 
-def _strongest(var: str, conds: list[Cond]) -> Cond | None:
+def _strongest(var: str, conds: tuple[Cond, ...]) -> Cond | None:
     """The one condition of ``conds`` that implies all the others (an interleaved member
     has one), None for none. ``a < min(A)`` implies ``b < min(B)`` when ``a - b`` is a
     sum of indices (never negative) and each term of B is a constant past a term of A or
