@@ -193,6 +193,14 @@ def test_interleaved_member_takes_one_condition():
         _strongest("t0", [guard, Cond(t0 + 2, Bound.of(Affine.var("N")))])
 
 
+def test_vectorize_refuses_rows_a_stride_apart():
+    # b1 moved out of the tile of b0 leaves c1 innermost, stepping 2 rows.
+    with pytest.raises(ScheduleError, match=r"vectorize\(c1\): its rows are 2 apart"):
+        lower(random_forest(0, 3), Schedule.parse(
+            "tile(batch, b0, b1, 2)\ntile(b0, c0, c1, 16)\nreorder(c0, tree, b1, c1)\n"
+            "vectorize(c1)"))
+
+
 def test_gpu_lowering_refuses_offset_loops():
     from silvanforge.lir.gpu import lower as gpu_lower
     from silvanforge.representations import REGISTRY

@@ -25,6 +25,9 @@ BOTH_MOVED = ("tile(batch, b0, b1, 16)\ntile(tree, t0, t1, 8)\n"
 BATCH_UNDER_PARALLEL_TREES = "tile(batch, b0, b1, 16)\nreorder(b1, tree, b0)\nparallel(tree)"
 # Nested tiles, the inner one moved: the guard's end is the outer tile's.
 NESTED = "tile(tree, t0, t1, 8)\ntile(t1, a, b, 3)\nreorder(b, a, t0, batch)\nparallel(b)"
+# A cached row block whose inner tile moved out of its interleaved outer loop.
+CACHED_INTERLEAVED = ("tile(batch, b0, b1, 16)\ntile(b1, c0, c1, 4)\n"
+                      "reorder(b0, c1, tree, c0)\ncache(b0)\ninterleave(c0)\nparallel(b0)")
 
 
 def lightgbm_like(n_trees: int, seed: int = 0) -> silvanforge.Forest:
@@ -43,7 +46,8 @@ def _exact(predictor, forest, rows) -> None:
 
 @pytest.mark.parametrize("representation", ["array", "sparse", "mask"])
 @pytest.mark.parametrize("schedule", [TREE_MOVED, BATCH_MOVED, BOTH_MOVED,
-                                      BATCH_UNDER_PARALLEL_TREES, NESTED])
+                                      BATCH_UNDER_PARALLEL_TREES, NESTED,
+                                      CACHED_INTERLEAVED])
 @pytest.mark.parametrize("n_trees", [3, 8, 13])  # fewer than a tile, whole tiles, ragged
 def test_moved_inner_loops_equal_the_reference(representation, schedule, n_trees):
     if representation == "mask" and "avx512f" not in Target.host().enabled():

@@ -200,6 +200,11 @@ class _Builder:
             reduces.append(Reduce(RESULT, (), row, tree, f"leaf{i}", valid=valid))
         if not members:
             return []
+        if attrs.get("vectorize") and any(b.row - a.row != Affine.of(1)
+                                          for a, b in zip(members, members[1:])):
+            # A tile of a tile whose inner loop moved out: its rows are a stride apart.
+            raise ScheduleError(f"vectorize({loop.var}): its rows are {loop.step} apart; a "
+                                "vector walk takes consecutive rows")
         return [InterleavedWalk(tuple(members), attrs.get("unroll_walk", 0),
                                 attrs.get("peel_walk", 0),
                                 VECTOR_LANES if attrs.get("vectorize") else 0), *reduces]
