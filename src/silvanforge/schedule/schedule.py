@@ -21,7 +21,8 @@ Loop modifiers:
   ``outer + inner`` and a guard ``outer + inner < end`` skips the ragged tail (see
   ``mir.ir.Loop``'s ``offset``). Where the inner loop stays inside, it runs
   ``[outer, min(outer + size, end))`` as before, without a guard. Lowering refuses what
-  it cannot build (an interleaved loop whose walks would need two guards, GPU mapping).
+  it cannot build (an interleaved loop whose walks would need two guards, a vectorized
+  loop whose rows are a stride apart, offset loops on GPUs).
 - ``unroll(v)`` (tree loops with a compile-time trip count), ``specialize(v)`` (a tree
   loop with constant bounds: one copy per iteration, constant tree indices).
 - ``gpuDimension(v, grid.x|grid.y|grid.z|block.x|block.y|block.z)``.
