@@ -11,8 +11,9 @@ range starts from (a tile's inner loop outside its outer) becomes an offset loop
 ``start + var*step < end`` (none where the trip count keeps it) wraps the body of the
 innermost loop it uses. The innermost body is a walk of the finest tree loop's tree for
 the finest batch loop's row (the loops no other loop of their kind starts from: the
-innermost ones, unless an inner loop moved out), reduced into ``result``. ``unroll``/``specialize`` replace a loop by copies with the index
-substituted; ``interleave`` replaces the innermost loop by one interleaved walk group.
+innermost ones, unless an inner loop moved out), reduced into ``result``.
+``unroll``/``specialize`` replace a loop by copies with the index substituted;
+``interleave`` replaces the innermost loop by one interleaved walk group.
 
 >>> from silvanforge.schedule import Schedule
 >>> fn = lower(forest, Schedule.parse("reorder(tree, batch)"))   # doctest: +SKIP
