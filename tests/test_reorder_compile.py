@@ -68,13 +68,17 @@ def test_moved_inner_loops_equal_the_reference(representation, schedule, n_trees
        n_rows=st.integers(0, 45), representation=st.sampled_from(["array", "sparse"]))
 def test_random_tiles_in_random_orders(forest, seed, data, tree_tile, batch_tile, n_rows,
                                        representation):
-    """Every order of the tiled loops is legal; with parallel on any one of them the
-    predictions are the reference's (rows with NaNs)."""
+    """Every order of the tiled loops (a tile of the tree tile's inner loop too) is legal;
+    with parallel on any one of them the predictions are the reference's (rows with
+    NaNs)."""
     lines = []
     loops = ["batch", "tree"]
     if data.draw(st.booleans(), "tile trees"):
         lines.append(f"tile(tree, t0, t1, {tree_tile})")
         loops[1:] = ["t0", "t1"]
+        if data.draw(st.booleans(), "tile the tile"):
+            lines.append(f"tile(t1, t2, t3, {data.draw(st.integers(1, 4), 'nested tile')})")
+            loops[2:] = ["t2", "t3"]
     if data.draw(st.booleans(), "tile rows"):
         lines.append(f"tile(batch, b0, b1, {batch_tile})")
         loops[:1] = ["b0", "b1"]
