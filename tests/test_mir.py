@@ -173,6 +173,17 @@ def test_moved_tile_of_a_tile_steps_by_the_outer_tile():
                                sums(random_forest(0, 13), X), rtol=1e-12)
 
 
+def test_a_guard_another_implies_is_left_out():
+    # b's guard (2*a + b + t0 < min(t0 + 4, 5)) implies a's (2*a + t0 < 5).
+    forest = random_forest(0, 5)
+    fn = lower(forest, Schedule.parse("tile(tree, t0, t1, 4)\ntile(t1, a, b, 2)\n"
+                                      "reorder(b, a, t0)"))
+    text = print_mir(fn)
+    assert text.count("if ") == 1 and "if 2*a + b + t0 < min(t0 + 4, 5) {" in text
+    X = np.random.default_rng(0).normal(size=(3, 3))
+    np.testing.assert_allclose(interpret(fn, forest, X), sums(forest, X), rtol=1e-12)
+
+
 def test_a_split_part_past_a_moved_tile_is_empty():
     forest = random_forest(0, 5)
     fn = lower(forest, Schedule.parse("tile(tree, t0, t1, 4)\nreorder(t1, t0, batch)\n"

@@ -243,8 +243,9 @@ def _ready(guards: tuple[Cond, ...], bound: tuple[str, ...]) -> tuple[tuple[Cond
 
 
 def _guarded(guards: tuple[Cond, ...], body: list[Op]) -> list[Op]:
-    """body inside the guards; a constant one is decided here (unrolled loops)."""
-    for g in reversed(guards):
+    """body inside the guards another does not imply; a constant one is decided here
+    (unrolled loops)."""
+    for g in reversed(_essential(guards)):
         if not g.free():
             body = body if g.evaluate({}) else []
         elif body:
@@ -254,28 +255,37 @@ def _guarded(guards: tuple[Cond, ...], body: list[Op]) -> list[Op]:
 
 def _strongest(var: str, conds: tuple[Cond, ...]) -> Cond | None:
     """The one condition of ``conds`` that implies all the others (an interleaved member
-    has one), None for none. ``a < min(A)`` implies ``b < min(B)`` when ``a - b`` is a
-    sum of indices (never negative) and each term of B is a constant past a term of A or
-    past b (a tile's end: ``t0 + 8 < min(t0 + 16, T)``)."""
+    has one), None for none."""
+    kept = _essential(conds)
+    if len(kept) > 1:
+        raise ScheduleError(f"interleave({var}): its walks would need {len(kept)} guards "
+                            f"({'; '.join(map(str, kept))}); an interleaved walk takes one")
+    return kept[0] if kept else None
+
+
+def _essential(conds: tuple[Cond, ...]) -> list[Cond]:
+    """The conditions no other one implies (of equal ones, the first)."""
+    kept: list[Cond] = []
+    for c in conds:
+        if not any(_implies(k, c) for k in kept):
+            kept = [k for k in kept if not _implies(c, k)] + [c]
+    return kept
+
+
+def _implies(a: Cond, b: Cond) -> bool:
+    """Whether ``a < min(A)`` implies ``b < min(B)``: ``a - b`` is a sum of indices (never
+    negative), and each term of B is a constant past a term of A or past b (a tile's end:
+    ``t0 + 8 < min(t0 + 16, T)``)."""
     def at_least(t: Affine, u: Affine, by: int) -> bool:
         return t.div == u.div == 1 and (t - u).is_const and (t - u).const >= by
 
-    def implies(a: Cond, b: Cond) -> bool:
-        if a.value.div != 1 or b.value.div != 1:
-            return False
-        d = a.value - b.value
-        if d.const < 0 or any(c < 0 for _, c in d.terms):
-            return False
-        return all(any(at_least(t, u, 0) for u in a.bound.terms) or at_least(t, b.value, 1)
-                   for t in b.bound.terms)
-
-    for c in conds:
-        if all(implies(c, other) for other in conds):
-            return c
-    if conds:
-        raise ScheduleError(f"interleave({var}): its walks would need {len(conds)} guards "
-                            f"({'; '.join(map(str, conds))}); an interleaved walk takes one")
-    return None
+    if a.value.div != 1 or b.value.div != 1:
+        return False
+    d = a.value - b.value
+    if d.const < 0 or any(c < 0 for _, c in d.terms):
+        return False
+    return all(any(at_least(t, u, 0) for u in a.bound.terms) or at_least(t, b.value, 1)
+               for t in b.bound.terms)
 
 
 def _ops(body: list[Op]):
