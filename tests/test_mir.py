@@ -58,6 +58,15 @@ SCHEDULES = [
     "reorder(tree, batch)\nspecialize(tree)",
     "tile(tree, t0, t1, 3)\ninterleave(t1)\ngpuDimension(t0, block.x)\nsharedReduce(t0)",
     "reorder(batch, tree)\ngpuDimension(batch, grid.x)\ngpuDimension(tree, block.x)\ncache(batch)",
+    # Inner loops outside their outer loops: offset loops and guards.
+    "tile(tree, t0, t1, 3)\nreorder(t1, t0, batch)\nparallel(t1)",
+    "tile(batch, b0, b1, 4)\nreorder(b1, tree, b0)\nparallel(tree)",
+    "tile(tree, t0, t1, 2)\nreorder(t1, batch, t0)\ninterleave(t0)",
+    "tile(batch, b0, b1, 4)\ntile(b1, c0, c1, 2)\nreorder(b0, tree, c1, c0)\ninterleave(c0)",
+    "tile(tree, t0, t1, 4)\ntile(t1, a, b, 2)\nreorder(b, a, t0, batch)\nunroll(a)\nparallel(b)",
+    "tile(tree, t0, t1, 2)\nreorder(t1, t0, batch)\nspecialize(t0)\nunroll(t1)",
+    "tile(tree, t0, t1, 3)\nreorder(t1, t0, batch)\nsplit(t1, f, s, 1)\nparallel(t0.s)",
+    "tile(batch, b0, b1, 4)\ntile(tree, t0, t1, 2)\nreorder(t1, b1, t0, b0)\ncache(t0)",
     # Tahoe's shared partial forest: two nested GPU-mapped tree loops (inplace reduction).
     "tile(batch, b0, b1, 4)\ntile(tree, t0, t0i, 4)\ntile(t0i, t1, t2, 2)\ncache(t1)\n"
     "reorder(b0, t0, b1, t1, t2)\ngpuDimension(b0, grid.x)\ngpuDimension(t0, grid.y)\n"
@@ -113,6 +122,104 @@ def test_tiling_makes_min_remainders():
     # T divisible by the tile: no remainder.
     assert "for %t1 = t0 to t0 + 2 step 1" in print_mir(
         lower(random_forest(0, 4), Schedule.parse("tile(tree, t0, t1, 2)")))
+
+
+def test_usual_orders_keep_absolute_inner_loops():
+    text = print_mir(lower(random_forest(0, 5), Schedule.parse("tile(tree, t0, t1, 8)")))
+    assert "for %t1 = t0 to min(t0 + 8, 5) step 1 : tree {" in text
+    assert "<offset>" not in text and "if " not in text
+
+
+# The tree tile of docs/SCHEDULES.md, its inner loop outermost and parallel.
+MOVED = "tile(tree, t0, t1, 8)\nreorder(t1, t0, batch)\nparallel(t1)"
+
+
+def test_moved_inner_loop_runs_offsets_under_a_guard():
+    assert print_mir(lower(random_forest(0, 5), Schedule.parse(MOVED))) == """\
+func @predict(T = 5, n_outputs = 1) {
+  %result = alloc memref<N x n_outputs x f64>
+  %result_p0 = alloc memref<8 x N x n_outputs x f64>
+  parallel for %t1 = 0 to 8 step 1 : tree <offset> {
+    for %t0 = 0 to 5 step 8 : tree {
+      if t0 + t1 < 5 {
+        for %batch = 0 to N step 1 : batch {
+          %leaf = walk tree(t0 + t1) row(batch)
+          reduce %result_p0[t1, batch, output(t0 + t1)] += %leaf <"+", 0.0>
+        }
+      }
+    }
+  }
+  %result += reduce_dimension(%result_p0, 0, [], rows [0, N))
+}"""
+    # Whole tiles need no guard.
+    whole = print_mir(lower(random_forest(0, 16), Schedule.parse(MOVED)))
+    assert "for %t0 = 0 to 16 step 8 : tree {" in whole and "if " not in whole
+    # Rows: the guard compares with the batch size at run time.
+    rows = print_mir(lower(random_forest(0, 3), Schedule.parse(
+        "tile(batch, b0, b1, 16)\nreorder(b1, b0, tree)")))
+    assert "for %b1 = 0 to 16 step 1 : batch <offset> {" in rows
+    assert "for %b0 = 0 to N step 16 : batch {" in rows and "if b0 + b1 < N {" in rows
+
+
+def test_moved_tile_of_a_tile_steps_by_the_outer_tile():
+    fn = lower(random_forest(0, 13), Schedule.parse(
+        "tile(tree, t0, t1, 8)\ntile(t0, a, b, 2)\nreorder(t1, b, a, batch)"))
+    text = print_mir(fn)
+    # b's index is a + 8*b; t1 starts from it: a + 8*b + t1.
+    assert "for %b = 0 to 2 step 1 : tree <offset> {" in text
+    assert "if a + 8*b + t1 < 13 {" in text and "walk tree(a + 8*b + t1)" in text
+    X = np.random.default_rng(0).normal(size=(4, 3))
+    np.testing.assert_allclose(interpret(fn, random_forest(0, 13), X),
+                               sums(random_forest(0, 13), X), rtol=1e-12)
+
+
+def test_a_guard_another_implies_is_left_out():
+    # b's guard (2*a + b + t0 < min(t0 + 4, 5)) implies a's (2*a + t0 < 5).
+    forest = random_forest(0, 5)
+    fn = lower(forest, Schedule.parse("tile(tree, t0, t1, 4)\ntile(t1, a, b, 2)\n"
+                                      "reorder(b, a, t0)"))
+    text = print_mir(fn)
+    assert text.count("if ") == 1 and "if 2*a + b + t0 < min(t0 + 4, 5) {" in text
+    X = np.random.default_rng(0).normal(size=(3, 3))
+    np.testing.assert_allclose(interpret(fn, forest, X), sums(forest, X), rtol=1e-12)
+
+
+def test_a_split_part_past_a_moved_tile_is_empty():
+    forest = random_forest(0, 5)
+    fn = lower(forest, Schedule.parse("tile(tree, t0, t1, 4)\nreorder(t1, t0, batch)\n"
+                                      "split(t1, f, s, 5)"))
+    assert [op.var for op in fn.body] == ["f"]
+    X = np.random.default_rng(0).normal(size=(3, 3))
+    np.testing.assert_allclose(interpret(fn, forest, X), sums(forest, X), rtol=1e-12)
+
+
+def test_interleaved_member_takes_one_condition():
+    from silvanforge.mir import Affine, Bound, Cond
+    from silvanforge.mir.lower import _strongest
+    t0, t1 = Affine.var("t0"), Affine.var("t1")
+    loop = Cond(t0 + 2, Bound.of(t0 + 8, 13))
+    guard = Cond(t0 + t1 + 2, Bound.of(13))  # t0 + 8 is past t0 + 2: the guard implies both
+    assert _strongest("t0", [loop, guard]) == guard
+    with pytest.raises(ScheduleError, match=r"interleave\(t0\): its walks would need 2 guards"):
+        _strongest("t0", [guard, Cond(t0 + 2, Bound.of(Affine.var("N")))])
+
+
+def test_vectorize_refuses_rows_a_stride_apart():
+    # b1 moved out of the tile of b0 leaves c1 innermost, stepping 2 rows.
+    with pytest.raises(ScheduleError, match=r"vectorize\(c1\): its rows are 2 apart"):
+        lower(random_forest(0, 3), Schedule.parse(
+            "tile(batch, b0, b1, 2)\ntile(b0, c0, c1, 16)\nreorder(c0, tree, b1, c1)\n"
+            "vectorize(c1)"))
+
+
+def test_gpu_lowering_refuses_offset_loops():
+    from silvanforge.lir.gpu import lower as gpu_lower
+    from silvanforge.representations import REGISTRY
+    forest = random_forest(0, 5)
+    fn = lower(forest, Schedule.parse("tile(tree, t0, t1, 2)\nreorder(batch, t1, t0)\n"
+                                      "gpuDimension(batch, grid.x)"))
+    with pytest.raises(ScheduleError, match="t1 runs outside a loop its range starts from"):
+        gpu_lower(fn, forest, REGISTRY["sparse"](forest))
 
 
 def test_split_ranges():
@@ -185,6 +292,11 @@ def test_peel_walk_checked_against_forest():
     np.testing.assert_allclose(interpret(fn, forest, X), sums(forest, X))
     with pytest.raises(ScheduleError, match="tree 1 has a leaf 1 step"):
         lower(forest, Schedule.parse(split + "peelWalk(batch.b, 2)"))
+    # A moved tile of the first part: its guard keeps the stump out.
+    shallow_first = build_forest([shallow, shallow, stump], n_features=3, n_outputs=1)
+    fn = lower(shallow_first, Schedule.parse("split(tree, a, b, 2)\ntile(a, a0, a1, 3)\n"
+                                             "reorder(a1, a0)\npeelWalk(a0, 1)"))
+    np.testing.assert_allclose(interpret(fn, shallow_first, X), sums(shallow_first, X))
 
 
 def test_interleave_members_and_validity():

@@ -63,7 +63,13 @@ def test_text_round_trip(s):
     ("tile(batch, a, b, 0)", "must be > 0"),
     ("split(tree, a, b, -1)", "must be > 0"),
     ("tile(batch, a, b, 4)\nreorder(tree, a)", "successive"),
-    ("tile(batch, a, b, 4)\nreorder(b, a)", "cannot move outside"),
+    ("split(batch, a, b, 4)\nreorder(tree.a, tree.b)", "successive"),
+    ("interleave(tree)\nreorder(tree, batch)", "'tree' has interleave, which needs it innermost"),
+    ("tile(batch, a, b, 4)\nreorder(a, tree, b)\nunrollWalk(b, 1)\nreorder(b, tree)",
+     "'b' has unrollWalk"),
+    ("tile(batch, a, b, 4)\nreorder(b, a)\nsplit(a, c, d, 2)", "'b', outside 'a', starts from 'a'"),
+    ("tile(tree, t0, t1, 4)\ntile(batch, a, b, 4)\nreorder(t1, a, b, t0)\nsplit(a, c, d, 2)",
+     "'t1', outside 'a', starts from 't0'"),
     ("reorder(batch, batch)", "distinct"),
     ("unroll(batch)", "batch loop"),
     ("specialize(batch)", "batch loop"),
@@ -85,6 +91,24 @@ def test_errors_name_line_and_reason(text, message):
     with pytest.raises(ScheduleError, match=message) as info:
         Schedule.parse(text, 10)
     assert str(info.value).startswith(f"line {len(text.splitlines())}: ")
+
+
+def test_inner_loops_move_outside_their_outer_loops():
+    # Any order of perfectly nested loops is legal, a tile's inner loop outside its outer
+    # one included (lowered with offsets and a guard, see test_mir).
+    s = Schedule(5)
+    t0, t1 = s.tile("tree", "t0", "t1", 8)
+    s.reorder(t1, t0, "batch").parallel(t1)
+    assert s.loop_order() == [["t1", "t0", "batch"]]
+    assert str(Schedule.parse(str(s), 5)) == str(s)
+    b = Schedule.parse("tile(batch, b0, b1, 16)\nreorder(b1, b0, tree)\nparallel(b1)")
+    assert b.loop_order() == [["b1", "b0", "tree"]] and b.attrs["b1"] == {"parallel": True}
+    nested = Schedule.parse("tile(tree, t0, t1, 8)\ntile(t1, a, b, 2)\nreorder(b, a, t0)")
+    assert nested.loop_order() == [["batch", "b", "a", "t0"]]
+    # A split part of a moved inner loop takes copies of the loops it starts from.
+    part = Schedule.parse("tile(tree, t0, t1, 4)\nreorder(t1, t0, batch)\nsplit(t1, f, s, 3)")
+    assert part.loop_order() == [["f", "t0.f", "batch.f"], ["s", "t0.s", "batch.s"]]
+    assert part.vars["f"].rename == (("t1", "f"), ("t0", "t0.f"), ("batch", "batch.f"))
 
 
 def test_api_error_names_directive():

@@ -68,7 +68,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import BackendError
+from ..errors import BackendError, ScheduleError
 from ..mir import ir as mir
 from ..mir.legalize import covered
 from ..model.forest import Forest
@@ -673,6 +673,11 @@ class _GPULowering(_Lowering):
 
 def lower(fn: mir.Function, forest: Forest, rep: Representation) -> Program:
     """The GPU launches of a legalized MIR function, walking trees through ``rep``."""
+    moved = _offset_loop(fn.body)
+    if moved is not None:
+        # Launch shapes, mapped indices and tree caches take loop variables as indices.
+        raise ScheduleError(f"{moved.var} runs outside a loop its range starts from (an "
+                            "offset loop): GPU lowering takes only loops of absolute indices")
     check_walks(fn, forest, rep)
     rows = ir.Buffer("rows", _INPUT_DTYPES[forest.input_dtype], readonly=True)
     n_rows = ir.Var("n_rows", ir.I64)
@@ -709,6 +714,16 @@ def lower(fn: mir.Function, forest: Forest, rep: Representation) -> Program:
                                    global_buffers[result.name][0], n_rows, finish))
     return Program(tuple(launches), scratch,
                    tuple(np.array(entries, dtype=np.int64).reshape(-1) for _, entries in tables))
+
+
+def _offset_loop(ops: tuple) -> mir.Loop | None:
+    for op in ops:
+        if isinstance(op, mir.Loop) and op.offset:
+            return op
+        found = _offset_loop(op.body) if isinstance(op, mir.Loop) else None
+        if found is not None:
+            return found
+    return None
 
 
 def _finish_launch(forest: Forest, name: str, params: list, result: ir.Buffer,

@@ -151,6 +151,8 @@ class _Lowering:
             return [ir.For(var, self.bound(op.lower), self.bound(op.upper), ir.i64(op.step),
                            self.body(op.body), parallel=op.parallel,
                            threads=self.n_threads if op.parallel else None)]
+        if isinstance(op, mir.Guard):
+            return [ir.If(self.cond(op.cond), self.body(op.body))]
         if isinstance(op, mir.Walk):
             member = mir.WalkMember(op.tree, op.row, op.result)
             return self.walks_of([member], op.unroll_depth, op.peel_depth)

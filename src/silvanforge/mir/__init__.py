@@ -6,11 +6,11 @@
 
 from .interpret import interpret
 from .ir import (Affine, Bound, BufferDecl, CacheRows, CacheTrees, Cond, Function,
-                 InterleavedWalk, Loop, Reduce, ReduceDimension, ReduceDimensionInplace,
+                 Guard, InterleavedWalk, Loop, Reduce, ReduceDimension, ReduceDimensionInplace,
                  Walk, WalkMember)
 from .lower import lower
 from .printer import print_mir
 
-__all__ = ["lower", "print_mir", "interpret", "Affine", "Bound", "Cond", "Loop", "Walk",
+__all__ = ["lower", "print_mir", "interpret", "Affine", "Bound", "Cond", "Guard", "Loop", "Walk",
            "WalkMember", "InterleavedWalk", "Reduce", "ReduceDimension",
            "ReduceDimensionInplace", "CacheRows", "CacheTrees", "BufferDecl", "Function"]

@@ -20,8 +20,8 @@ import numpy as np
 from .. import reference
 from ..model.forest import Forest
 from ..model.inputs import as_matrix
-from .ir import (N, CacheRows, CacheTrees, Cond, Function, InterleavedWalk, Loop, Op, Reduce,
-                 ReduceDimension, ReduceDimensionInplace, Walk)
+from .ir import (N, CacheRows, CacheTrees, Cond, Function, Guard, InterleavedWalk, Loop, Op,
+                 Reduce, ReduceDimension, ReduceDimensionInplace, Walk)
 
 
 def interpret(fn: Function, forest: Forest, X: Any) -> np.ndarray:
@@ -67,6 +67,9 @@ class _Machine:
                 self.block(op.body, {**env, op.var: i})
             if frame is not None:
                 self.frames.pop()
+        elif isinstance(op, Guard):
+            if _holds(op.cond, env):
+                self.block(op.body, env)
         elif isinstance(op, Walk):
             results[op.result] = self.walk(op.tree.evaluate(env), op.row.evaluate(env),
                                            op.peel_depth)
@@ -134,4 +137,4 @@ class _Machine:
 
 
 def _holds(cond: Cond | None, env: dict[str, int]) -> bool:
-    return cond is None or cond.value.evaluate(env) < cond.bound.evaluate(env)
+    return cond is None or cond.evaluate(env)

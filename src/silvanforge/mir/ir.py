@@ -12,6 +12,8 @@ Ops (a body is a tuple of ops, executed in order):
   Flags: ``parallel`` (iterations may run concurrently), ``gpu_dim`` (mapped to a grid or
   block dimension: also concurrent), ``cache``; reduction attributes ``atomic_reduce``,
   ``vector_reduce``, ``shared_reduce`` say how reductions conflicting on this loop are done.
+- ``Guard(cond, body)``: ``body`` runs only where ``cond`` holds (an offset loop's index
+  is within its range: ``t0 + t1 < T``, placed inside the innermost loop it uses).
 - ``Walk(tree, row, result)``: walk tree ``tree`` for input row ``row``; ``result`` names
   the reached leaf's ``leaf_width`` values. ``unroll_depth``/``peel_depth``: hops to unroll;
   steps to take without a leaf test (every leaf of the tree is at least that deep).
@@ -139,6 +141,9 @@ class Bound:
     def subs(self, env: Mapping[str, Affine]) -> "Bound":
         return Bound.of(*(t.subs(env) for t in self.terms))
 
+    def free(self) -> set[str]:
+        return {n for t in self.terms for n in t.free()}
+
     def evaluate(self, env: Mapping[str, int]) -> int:
         return min(t.evaluate(env) for t in self.terms)
 
@@ -150,13 +155,29 @@ class Bound:
 
 @dataclass(frozen=True)
 class Cond:
-    """``value < bound``: a member of an interleaved group is within its loop's range."""
+    """``value < bound``: an index is within its loop's range (a member of an interleaved
+    group past a remainder, an offset loop's index past its range's end)."""
 
     value: Affine
     bound: Bound
 
+    def subs(self, env: Mapping[str, Affine]) -> "Cond":
+        return Cond(self.value.subs(env), self.bound.subs(env))
+
+    def free(self) -> set[str]:
+        return self.value.free() | self.bound.free()
+
+    def evaluate(self, env: Mapping[str, int]) -> bool:
+        return self.value.evaluate(env) < self.bound.evaluate(env)
+
     def __str__(self) -> str:
         return f"{self.value} < {self.bound}"
+
+
+@dataclass(frozen=True)
+class Guard:
+    cond: Cond
+    body: tuple["Op", ...]
 
 
 @dataclass(frozen=True)
@@ -246,6 +267,7 @@ class Loop:
     atomic_reduce: bool = False
     vector_reduce: int = 0
     shared_reduce: bool = False
+    offset: bool = False
 
     @property
     def concurrent(self) -> bool:
@@ -266,7 +288,7 @@ class Loop:
         return self.max_trip() if len(self.upper.terms) == 1 else None
 
 
-Op = Union[Loop, Walk, InterleavedWalk, Reduce, ReduceDimension, ReduceDimensionInplace,
+Op = Union[Loop, Guard, Walk, InterleavedWalk, Reduce, ReduceDimension, ReduceDimensionInplace,
            CacheRows, CacheTrees]
 
 

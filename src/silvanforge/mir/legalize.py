@@ -20,8 +20,8 @@ import numpy as np
 
 from ..errors import ScheduleError
 from ..model.forest import Forest
-from .ir import (N, Affine, Bound, BufferDecl, Function, InterleavedWalk, Loop, Op, Reduce,
-                 ReduceDimension, ReduceDimensionInplace, Walk)
+from .ir import (N, Affine, Bound, BufferDecl, Cond, Function, Guard, InterleavedWalk, Loop,
+                 Op, Reduce, ReduceDimension, ReduceDimensionInplace, Walk)
 
 
 def covered(body: tuple[Op, ...] | list[Op], kind: str,
@@ -30,7 +30,9 @@ def covered(body: tuple[Op, ...] | list[Op], kind: str,
 
     A ``kind`` loop covers its own range (loop variables are absolute indices, and loops
     derived from it cover parts of it); a walk outside such loops covers its one index
-    (``min`` with ``end``: an interleave member past a remainder covers nothing).
+    (``min`` with ``end``: an interleave member past a remainder covers nothing). An
+    offset loop's variable is no index: it covers what its body covers from its first
+    iteration's start to its last's end (indices grow with it).
     """
     found: list[tuple[Bound, Bound]] = []
 
@@ -39,9 +41,14 @@ def covered(body: tuple[Op, ...] | list[Op], kind: str,
             found.append(r)
 
     for op in body:
-        if isinstance(op, Loop):
-            for r in ([(op.lower, op.upper)] if op.kind == kind else covered(op.body, kind, end)):
-                add(r)
+        if isinstance(op, Loop) and op.kind == kind and not op.offset:
+            add((op.lower, op.upper))
+        elif isinstance(op, (Loop, Guard)):
+            for lo, hi in covered(op.body, kind, end):
+                if isinstance(op, Loop) and op.offset:
+                    last = Affine.of(op.max_trip() - 1)
+                    lo, hi = lo.subs({op.var: Affine.of(0)}), hi.subs({op.var: last})
+                add((lo, hi))
         for walk in (op.members if isinstance(op, InterleavedWalk)
                      else [op] if isinstance(op, Walk) else []):
             index = walk.row if kind == "batch" else walk.tree
@@ -92,6 +99,8 @@ def legalize_reductions(fn: Function) -> Function:
                 out.append(replace(op, body=body))
                 if _conflicting(op):
                     out += flushes(op, body, inner)
+            elif isinstance(op, Guard):
+                out.append(replace(op, body=tuple(rewrite(op.body, stack))))
             else:
                 out.append(op)
         return out
@@ -122,7 +131,7 @@ def _targets(ops: tuple[Op, ...]) -> set[str]:
     for op in ops:
         if isinstance(op, Reduce):
             found.add(op.target)
-        elif isinstance(op, Loop):
+        elif isinstance(op, (Loop, Guard)):
             found |= _targets(op.body)
     return found
 
@@ -137,6 +146,7 @@ def _check_reduce_attrs(ops: tuple[Op, ...]) -> None:
             if asked and not (op.kind == "tree" and op.concurrent):
                 raise ScheduleError(f"{asked[0]}({op.var}): {op.var} is not a parallel or "
                                     "GPU-mapped tree loop, so no reduction conflicts on it")
+        if isinstance(op, (Loop, Guard)):
             _check_reduce_attrs(op.body)
 
 
@@ -147,26 +157,35 @@ def check_peel(fn: Function, forest: Forest, shortest: np.ndarray | None = None,
     them fewer than node depths), at least n steps away."""
     shallowest = forest.shallowest_leaves if shortest is None else shortest
 
-    def visit(ops: tuple[Op, ...], loops: tuple[Loop, ...]) -> None:
+    def visit(ops: tuple[Op, ...], loops: tuple[Loop, ...], guards: tuple[Cond, ...]) -> None:
         for op in ops:
             if isinstance(op, Loop):
-                visit(op.body, loops + ((op,) if op.kind == "tree" else ()))
+                visit(op.body, loops + ((op,) if op.kind == "tree" else ()), guards)
+            elif isinstance(op, Guard):
+                visit(op.body, loops, guards + (op.cond,))
             elif isinstance(op, (Walk, InterleavedWalk)) and op.peel_depth:
-                members = op.members if isinstance(op, InterleavedWalk) else (op,)
-                for t in sorted(_tree_values([m.tree for m in members], loops, forest.n_trees)):
+                walks = ([(m.tree, m.valid) for m in op.members]
+                         if isinstance(op, InterleavedWalk) else [(op.tree, None)])
+                for t in sorted(_tree_values(walks, loops, guards, forest.n_trees)):
                     if shallowest[t] < op.peel_depth:
                         raise ScheduleError(
                             f"peelWalk(..., {op.peel_depth}): tree {t} has a leaf "
                             f"{shallowest[t]} step(s) from its root{layout}; peel at most "
                             "that many steps")
 
-    visit(fn.body, ())
+    visit(fn.body, (), ())
 
 
-def _tree_values(exprs: list[Affine], loops: tuple[Loop, ...], n_trees: int) -> set[int]:
-    """Every tree index the expressions take over the enclosing tree loops."""
+def _tree_values(walks: list[tuple[Affine, Cond | None]], loops: tuple[Loop, ...],
+                 guards: tuple[Cond, ...], n_trees: int) -> set[int]:
+    """Every tree index the walks (tree index, condition) take over the enclosing tree
+    loops where the guards hold (a condition on rows may hold: it is not evaluated)."""
+    def may_hold(cond: Cond | None, env: dict[str, int]) -> bool:
+        return cond is None or not cond.free() <= env.keys() or cond.evaluate(env)
+
     envs: list[dict[str, int]] = [{}]
     for lp in loops:
         envs = [{**env, lp.var: v} for env in envs
                 for v in range(lp.lower.evaluate(env), lp.upper.evaluate(env), lp.step)]
-    return {t for env in envs for e in exprs if 0 <= (t := e.evaluate(env)) < n_trees}
+    return {t for env in envs if all(may_hold(g, env) for g in guards)
+            for e, cond in walks if may_hold(cond, env) and 0 <= (t := e.evaluate(env)) < n_trees}

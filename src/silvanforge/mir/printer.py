@@ -11,7 +11,7 @@ func @predict(T = 4, n_outputs = 1) {
 
 from __future__ import annotations
 
-from .ir import (CacheRows, CacheTrees, Function, InterleavedWalk, Loop, Op, Reduce,
+from .ir import (CacheRows, CacheTrees, Function, Guard, InterleavedWalk, Loop, Op, Reduce,
                  ReduceDimension, ReduceDimensionInplace, Walk)
 
 
@@ -40,10 +40,15 @@ def _body(ops: tuple[Op, ...], depth: int, lines: list[str]) -> None:
         if isinstance(op, Loop):
             head = "parallel for" if op.parallel else "for"
             lines.append(f"{pad}{head} %{op.var} = {op.lower} to {op.upper} step {op.step}"
-                         f" : {op.kind}" + _attrs(gpu=op.gpu_dim, cache=op.cache,
+                         f" : {op.kind}" + _attrs(offset=op.offset, gpu=op.gpu_dim,
+                                                  cache=op.cache,
                                                   atomic_reduce=op.atomic_reduce,
                                                   vector_reduce=op.vector_reduce,
                                                   shared_reduce=op.shared_reduce) + " {")
+            _body(op.body, depth + 1, lines)
+            lines.append(pad + "}")
+        elif isinstance(op, Guard):
+            lines.append(f"{pad}if {op.cond} {{")
             _body(op.body, depth + 1, lines)
             lines.append(pad + "}")
         elif isinstance(op, Walk):

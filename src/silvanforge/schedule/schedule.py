@@ -14,8 +14,15 @@ Loop modifiers:
   usable in later directives: ``unrollWalk(batch.t0, 2)``).
 - ``reorder(v1, v2, ...)``: the named loops must be perfectly nested (each the only
   loop in the previous one's body, in any order); they become nested in the given order.
-  A loop cannot move outside a loop its bounds depend on (``inner`` of a tile on its
-  ``outer``).
+  Any such order is legal: every iteration of the nest walks one (row, tree) pair and
+  adds its leaf into that row's sum, so the order changes only the order of additions.
+  A loop may move outside a loop its range starts from (``inner`` of a tile outside its
+  ``outer``): it then runs its trip count from 0, as in Halide, the index is rebuilt as
+  ``outer + inner`` and a guard ``outer + inner < end`` skips the ragged tail (see
+  ``mir.ir.Loop``'s ``offset``). Where the inner loop stays inside, it runs
+  ``[outer, min(outer + size, end))`` as before, without a guard. Lowering refuses what
+  it cannot build (an interleaved loop whose walks would need two guards, a vectorized
+  loop whose rows are a stride apart, offset loops on GPUs).
 - ``unroll(v)`` (tree loops with a compile-time trip count), ``specialize(v)`` (a tree
   loop with constant bounds: one copy per iteration, constant tree indices).
 - ``gpuDimension(v, grid.x|grid.y|grid.z|block.x|block.y|block.z)``.
@@ -60,6 +67,8 @@ _FLAGS = {"parallel": "parallel", "unroll": "unroll", "specialize": "specialize"
           "atomicReduce": "atomic_reduce", "sharedReduce": "shared_reduce"}
 _VALUED = {"unrollWalk": "unroll_walk", "peelWalk": "peel_walk",
            "vectorReduce": "vector_reduce", "gpuDimension": "gpu_dim"}
+# Directives on an innermost loop (vectorize sets interleave) -> the attribute they set.
+_INNERMOST = {"interleave": "interleave", "unrollWalk": "unroll_walk", "peelWalk": "peel_walk"}
 
 
 @dataclass(frozen=True)
@@ -99,7 +108,8 @@ class VarInfo:
     """How a variable was made: ``rule`` in root, tile_outer, tile_inner, split_first,
     split_second, copy. ``parent`` is the variable it derives from (for a copy: the loop
     it duplicates), ``size`` the tile size or split count, ``partner`` the outer loop of
-    a tile_inner, ``rename`` (copies) how names inside the split subtree map in this part.
+    a tile_inner, ``rename`` (copies and split parts) how names inside the split subtree map
+    in this part (a part's range starts from a loop inside it once reordered outside it).
     """
 
     name: str
@@ -373,11 +383,16 @@ class Schedule:
         siblings, i = self._find(v)
         node = siblings[i]
         inside = [p.var for child in node.children for p in _nodes(child)]
+        for x in sorted(set(self.attrs) - set(inside) - {v}):
+            for d in sorted(self._deps(x) & {v, *inside}):
+                # x would need d's index from both parts, where it is two loops.
+                raise self._error(f"{x!r}, outside {v!r}, starts from {d!r}'s index; "
+                                  f"split {v!r} before reordering {x!r} outside it")
         parts = []
         for part, rule in ((first, "split_first"), (second, "split_second")):
-            self.vars[part] = VarInfo(part, kind, rule, v, n)
-            self.attrs[part] = dict(self.attrs[v])
             rename = tuple([(v, part)] + [(x, f"{x}.{part}") for x in inside])
+            self.vars[part] = VarInfo(part, kind, rule, v, n, rename=rename)
+            self.attrs[part] = dict(self.attrs[v])
             for x in inside:
                 copy = f"{x}.{part}"
                 self.vars[copy] = VarInfo(copy, self.vars[x].kind, "copy", x, rename=rename)
@@ -400,10 +415,10 @@ class Schedule:
         if chain is None or len(chain) != len(names) or any(
                 len(node.children) != 1 for node in chain[:-1]):
             raise self._error("the loops must be successive, perfectly nested loops")
-        for k, name in enumerate(names):
-            for later in set(names[k + 1:]) & self._deps(name):
-                raise self._error(f"{name!r} cannot move outside {later!r}: "
-                                  "its bounds use that loop's index")
+        innermost = chain[-1]
+        needs = [op for op, attr in _INNERMOST.items() if attr in self.attrs[innermost.var]]
+        if needs and not innermost.children and names[-1] != innermost.var:
+            raise self._error(f"{innermost.var!r} has {needs[0]}, which needs it innermost")
         top_siblings, top_i = self._find(chain[0].var)
         body = chain[-1].children
         new = LoopNode(names[-1], body)
@@ -412,18 +427,15 @@ class Schedule:
         top_siblings[top_i] = new
 
     def _deps(self, var: str) -> set[str]:
-        """Live loops whose index var's bounds use."""
+        """Live loops whose index var's range starts from."""
         info = self.vars[var]
         if info.rule == "root":
             return set()
-        if info.rule == "copy":
-            rename = dict(info.rename)
-            return {self.resolve(rename.get(self.resolve(d), d))
-                    for d in self._deps(info.parent)}
         deps = self._deps(info.parent)
         if info.rule == "tile_inner":
-            deps = deps | {self.resolve(info.partner)}
-        return deps
+            deps |= {self.resolve(info.partner)}
+        rename = dict(info.rename)
+        return {self.resolve(rename.get(d, d)) for d in deps}
 
     def _set(self, var: str, attr: str, value: Any = True) -> None:
         if attr in self.attrs[var]:
