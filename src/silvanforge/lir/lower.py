@@ -389,6 +389,9 @@ class _Lowering:
         """
         if type(self.rep).walk_code is Representation.walk_code:
             return None  # a layout walked step by step
+        if self.rep.constant_trees and not all(
+                isinstance(self.affine(m.tree), ir.Const) for m in members):
+            return self.dispatched_walks(members)
         code: list[ir.Stmt] = []
         walks: list[ir.Stmt] = []
         before = {row: set(cache) for row, (_, cache) in self.row_caches.items()}
@@ -424,6 +427,41 @@ class _Lowering:
                 code += self.rep.row_preamble({"stem": cache["stem"], **new},
                                               self.row_loader(offset))
         return code + walks
+
+    def dispatched_walks(self, members: list[mir.WalkMember]) -> list[ir.Stmt]:
+        """Walks as code whose tree indices are not all constants, for a representation
+        that emits each tree's own code (``constant_trees``): each member in turn jumps
+        on its tree index to that tree's code (a :class:`~.ir.Switch`), which leaves the
+        leaf in a local array its reduce reads.
+
+        The members' trees and row offsets go into local arrays first and one loop over
+        them holds the switch, so every tree's code is emitted once whatever the number
+        of members (twelve rows of the ``default`` schedule's block would otherwise take
+        twelve copies of the forest). A member that does not exist takes tree -1, which
+        no case matches: its row is never read. Category operands are computed at each
+        tree's entry (the trees a row meets are not known here)."""
+        n, n_features = len(members), self.forest.n_features
+        trees, offsets, leaves = (ir.Buffer(self.fresh(stem), ir.I64, n)
+                                  for stem in ("walk_trees", "walk_rows", "walk_leaves"))
+        code: list[ir.Stmt] = [ir.LocalArray(trees), ir.LocalArray(offsets),
+                               ir.LocalArray(leaves)]
+        for k, m in enumerate(members):
+            tree, row = self.affine(m.tree), self.affine(m.row)
+            valid = self.cond(m.valid)
+            code += [ir.Store(trees, ir.i64(k),
+                              tree if valid is None else ir.Select(valid, tree, ir.i64(-1))),
+                     ir.Store(offsets, ir.i64(k), ir.BinOp("mul", row, ir.i64(n_features)))]
+            self.walks[m.result] = _Walk(tree, row, ir.Load(leaves, ir.i64(k)), code=True)
+        member = ir.Var(self.fresh("member"), ir.I64)
+        offset = ir.Var(self.fresh("row_offset"), ir.I64)
+        node = ir.Var(self.fresh("node"), ir.I64)
+        loader = self.row_loader(offset)
+        cases = [[ir.Declare(node, ir.i64(0)), *self.rep.walk_code(ir.i64(t), node, loader),
+                  ir.Store(leaves, member, node)] for t in range(self.forest.n_trees)]
+        code.append(ir.For(member, ir.i64(0), ir.i64(n), ir.i64(1), [
+            ir.Declare(offset, ir.Load(offsets, member)),
+            ir.Switch(ir.Load(trees, member), cases)]))
+        return code
 
     def fixed_walks(self, members: list[mir.WalkMember]) -> list[ir.Stmt]:
         """Walks whose trees keep every leaf at one depth: exactly that many steps, no

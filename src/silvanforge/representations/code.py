@@ -54,7 +54,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..errors import ScheduleError, UnsupportedModelError
+from ..errors import UnsupportedModelError
 from ..lir import ir
 from ..model.forest import MISSING_NAN, MISSING_NONE, OP_CAT, OP_EQ, OP_LE, OP_LT, Forest
 from . import decision
@@ -108,14 +108,12 @@ class CodeRepresentation(SparseRepresentation):
                   row: dict | None = None) -> list[ir.Stmt]:
         """Nested ``If`` statements leaving tree ``tree``'s reached leaf in ``node`` (the
         float64 bits of its value, or its handle for linear and vector leaves; see
-        :meth:`code_leaf_value`); ``tree`` must be a constant (an unrolled or specialized
-        tree loop). With a ``row`` cache, the walk's category operands are the row's,
+        :meth:`code_leaf_value`); ``tree`` is a constant (an unrolled or specialized tree
+        loop, or a case of the lowering's dispatch on a variable index). With a ``row`` cache, the walk's category operands are the row's,
         declared by :meth:`row_preamble`; without one, the walk declares its own."""
         if not isinstance(tree, ir.Const):
-            raise ScheduleError(
-                f"representation {self.name!r} needs constant tree indices: unroll or "
-                "specialize the tree loop (e.g. add 'unroll(tree)'; on a CPU, compile() "
-                "without a schedule uses 'code_rows', which does)")
+            raise TypeError("a tree's code needs its index as a constant; the lowering "
+                            "dispatches a variable one to the trees' code")
         t = int(tree.value)
         # Each level nests a block in every renderer: stay far from Python's limit.
         limit = sys.getrecursionlimit() // 8
