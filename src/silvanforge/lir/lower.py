@@ -430,27 +430,28 @@ class _Lowering:
 
     def dispatched_walks(self, members: list[mir.WalkMember]) -> list[ir.Stmt]:
         """Walks as code whose tree indices are not all constants, for a representation
-        that emits each tree's own code (``constant_trees``): each member in turn jumps
-        on its tree index to that tree's code (a :class:`~.ir.Switch`), which leaves the
-        leaf in a local array its reduce reads.
+        that emits each tree's own code (``constant_trees``): a jump on the tree index
+        to that tree's code (a :class:`~.ir.Switch`), which leaves each member's leaf in
+        a local array its reduce reads.
 
-        The members' trees and row offsets go into local arrays first and one loop over
-        them holds the switch, so every tree's code is emitted once whatever the number
-        of members (twelve rows of the ``default`` schedule's block would otherwise take
-        twelve copies of the forest). A member that does not exist takes tree -1, which
-        no case matches: its row is never read. Category operands are computed at each
-        tree's entry (the trees a row meets are not known here)."""
+        The members' row offsets (-1: the member does not exist, its row is never read)
+        go into a local array first and a loop over them walks, so every tree's code is
+        emitted once whatever the number of members (the twelve rows of the ``default``
+        schedule's block would otherwise take twelve copies of the forest). Members of
+        one tree (rows of a block) jump once, to a loop over them; members of different
+        trees (a row's interleaved trees) each jump in the loop. Category operands are
+        computed at each tree's entry (which trees a row meets is not known here)."""
         n, n_features = len(members), self.forest.n_features
-        trees, offsets, leaves = (ir.Buffer(self.fresh(stem), ir.I64, n)
-                                  for stem in ("walk_trees", "walk_rows", "walk_leaves"))
-        code: list[ir.Stmt] = [ir.LocalArray(trees), ir.LocalArray(offsets),
-                               ir.LocalArray(leaves)]
-        for k, m in enumerate(members):
-            tree, row = self.affine(m.tree), self.affine(m.row)
+        offsets, leaves = (ir.Buffer(self.fresh(stem), ir.I64, n)
+                           for stem in ("walk_rows", "walk_leaves"))
+        code: list[ir.Stmt] = [ir.LocalArray(offsets), ir.LocalArray(leaves)]
+        trees = [self.affine(m.tree) for m in members]
+        for k, (m, tree) in enumerate(zip(members, trees)):
+            row = self.affine(m.row)
+            at: ir.Expr = ir.BinOp("mul", row, ir.i64(n_features))
             valid = self.cond(m.valid)
-            code += [ir.Store(trees, ir.i64(k),
-                              tree if valid is None else ir.Select(valid, tree, ir.i64(-1))),
-                     ir.Store(offsets, ir.i64(k), ir.BinOp("mul", row, ir.i64(n_features)))]
+            code.append(ir.Store(offsets, ir.i64(k), at if valid is None
+                                 else ir.Select(valid, at, ir.i64(-1))))
             self.walks[m.result] = _Walk(tree, row, ir.Load(leaves, ir.i64(k)), code=True)
         member = ir.Var(self.fresh("member"), ir.I64)
         offset = ir.Var(self.fresh("row_offset"), ir.I64)
@@ -458,9 +459,19 @@ class _Lowering:
         loader = self.row_loader(offset)
         cases = [[ir.Declare(node, ir.i64(0)), *self.rep.walk_code(ir.i64(t), node, loader),
                   ir.Store(leaves, member, node)] for t in range(self.forest.n_trees)]
-        code.append(ir.For(member, ir.i64(0), ir.i64(n), ir.i64(1), [
-            ir.Declare(offset, ir.Load(offsets, member)),
-            ir.Switch(ir.Load(trees, member), cases)]))
+
+        def each_member(body: list[ir.Stmt]) -> ir.For:
+            return ir.For(member, ir.i64(0), ir.i64(n), ir.i64(1), [
+                ir.Declare(offset, ir.Load(offsets, member)),
+                ir.If(ir.Cmp("ge", offset, ir.i64(0)), body)])
+
+        if all(tree == trees[0] for tree in trees):
+            code.append(ir.Switch(trees[0], [[each_member(case)] for case in cases]))
+        else:
+            index = ir.Buffer(self.fresh("walk_trees"), ir.I64, n)
+            code += [ir.LocalArray(index)] + [ir.Store(index, ir.i64(k), tree)
+                                              for k, tree in enumerate(trees)]
+            code.append(each_member([ir.Switch(ir.Load(index, member), cases)]))
         return code
 
     def fixed_walks(self, members: list[mir.WalkMember]) -> list[ir.Stmt]:
