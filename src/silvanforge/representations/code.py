@@ -35,11 +35,14 @@ nyc-taxi-like LightGBM models and counted with callgrind):
   load; linear and vector leaves end in the sparse layout's leaf handle.
 
 The node tables serve whoever walks by the table interface (hand-built LIR kernels,
-tests). A schedule must make tree indices compile-time constants (``unroll``/``specialize``
-of the tree loop; the named schedule ``code_rows`` does); others are refused with a
-:class:`ScheduleError`. Code size grows with the forest; the CPU backend splits large
-blocks into separate functions (:mod:`silvanforge.backends.cpu.outline`), which keeps
-compile time linear in the number of nodes.
+tests). :meth:`walk_code` emits one tree, whose index is a constant; every schedule runs:
+where the tree loop is unrolled or specialized (the named schedule ``code_rows``, the
+fastest) indices are constants, elsewhere the lowering jumps on the index to the trees'
+code (a :class:`~silvanforge.lir.ir.Switch`, see ``dispatched_walks`` in
+:mod:`silvanforge.lir.lower`). Code size grows with the forest; the CPU backend splits
+large blocks into separate functions, a big switch's cases each into its own
+(:mod:`silvanforge.backends.cpu.outline`), which keeps compile time linear in the number
+of nodes. Only a tree too deep to emit is refused.
 
 >>> rep = CodeRepresentation(forest)                              # doctest: +SKIP
 >>> rep.walk_code(ir.i64(0), ir.Var("node", ir.I64), row_value)   # doctest: +SKIP

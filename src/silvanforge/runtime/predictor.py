@@ -198,7 +198,7 @@ def _default_jobs() -> int:
 
 def _schedule(forest: Forest, schedule: Any, representation: str | None = None) -> Schedule:
     if schedule is None:
-        # Code needs constant tree indices: its own default unrolls the tree loop. Masks
+        # Code is fastest with constant tree indices: its default unrolls the tree loop. Masks
         # run a tree over a block of rows with its tables in registers, the block's rows
         # prepared once (cache).
         if representation == "mask":

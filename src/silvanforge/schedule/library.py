@@ -28,7 +28,7 @@ forest) returning the text form, so every named schedule is also an example of i
   overlap. One row's kernel call (p10 of 60 interleaved runs of 1000 rows, µs) on higgs
   at 8/10/12/16 trees: 1.18/1.13/1.19/1.26, on year 1.23/1.24/1.41/1.45 (16 walks'
   nodes spill out of the registers). ``compile`` uses it for batches of up to 8 rows when no schedule is given.
-- ``code_rows``: for the ``code`` representation, which needs constant tree indices:
+- ``code_rows``: for the ``code`` representation, fastest with constant tree indices:
   rows in parallel blocks of 64; for a block, trees in chunks of 25, each chunk over
   every row of the block; both tree loops unrolled (``tile(batch, b0, b1, 64);
   tile(tree, t0, t1, 25); reorder(b0, t0, b1, t1); unroll(t0); unroll(t1);
