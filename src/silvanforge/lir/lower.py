@@ -31,6 +31,7 @@ from ..mir import ir as mir
 from ..errors import ScheduleError
 from ..mir.legalize import check_peel
 from ..model.forest import Forest
+from ..schedule import TREE
 from ..representations.base import Representation, RowValues
 from . import ir
 from .finish import epilogue
@@ -85,17 +86,23 @@ class _Lowering:
     # The rows the enclosing batch loop prepared for the representation's walks (see
     # prepare_rows): (local array, first row, elements a row).
     prepared: tuple[ir.Buffer, ir.Expr, int] | None = None
+    # Tree loop variables whose value the code being lowered knows (see tree_switch).
+    fixed: dict[str, int] = field(default_factory=dict)
 
     # ---- expressions --------------------------------------------------------------------
     def affine(self, a: mir.Affine) -> ir.Expr:
-        expr: ir.Expr = ir.i64(a.const)
+        fixed = self.fixed
+        expr: ir.Expr = ir.i64(a.const + sum(c * fixed[v] for v, c in a.terms if v in fixed))
         for var, coef in a.terms:
+            if var in fixed:
+                continue
             v = self.n_rows if var == mir.N else ir.Var(_name(var), ir.I64)
             term = v if coef == 1 else ir.BinOp("mul", ir.i64(coef), v)
             expr = term if expr == ir.i64(0) else ir.BinOp("add", expr, term)
         if a.div != 1:
             # Indices here are never negative, so signed division is floor division.
-            expr = ir.BinOp("div", expr, ir.i64(a.div))
+            expr = ir.i64(expr.value // a.div) if isinstance(expr, ir.Const) \
+                else ir.BinOp("div", expr, ir.i64(a.div))
         return expr
 
     def bound(self, b: mir.Bound) -> ir.Expr:
@@ -148,8 +155,9 @@ class _Lowering:
             var = ir.Var(_name(op.var), ir.I64)
             # GPU dimensions mean nothing on a CPU: such loops run serially here, which
             # legalization has already made safe.
+            body = self.tree_switch(op, var) if self.switches_on(op) else self.body(op.body)
             return [ir.For(var, self.bound(op.lower), self.bound(op.upper), ir.i64(op.step),
-                           self.body(op.body), parallel=op.parallel,
+                           body, parallel=op.parallel,
                            threads=self.n_threads if op.parallel else None)]
         if isinstance(op, mir.Walk):
             member = mir.WalkMember(op.tree, op.row, op.result)
@@ -174,6 +182,28 @@ class _Lowering:
             return [ir.For(r, self.bound(op.lower), self.bound(op.upper), ir.i64(1),
                            [ir.Prefetch(self.rows, start)])]
         raise TypeError(f"no LIR lowering for MIR op {type(op).__name__}")
+
+    def switches_on(self, op: mir.Loop) -> bool:
+        """Whether tree loop ``op`` jumps to a copy of its body per tree: for a
+        representation emitting each tree's own code (``constant_trees``), when every
+        walk in the body is of the loop's tree and the body loops over rows, so the
+        jump is taken once for those rows' walks rather than once for each."""
+        if op.kind != TREE or not self.rep.constant_trees or op.var in self.fixed:
+            return False
+        tree = mir.Affine.var(op.var)
+        walks = [w for w in _walks(op.body)]
+        return bool(walks) and all(w.tree == tree for w in walks) and any(
+            isinstance(inner, mir.Loop) for inner in op.body)
+
+    def tree_switch(self, op: mir.Loop, var: ir.Var) -> list[ir.Stmt]:
+        """The body of tree loop ``op`` as a jump on its index to one copy of the body
+        per tree, lowered with that index a constant (walks as each tree's own code)."""
+        cases = []
+        for t in range(self.forest.n_trees):
+            self.fixed[op.var] = t
+            cases.append(self.body(op.body))
+        del self.fixed[op.var]
+        return [ir.Switch(var, cases)]
 
     def prepare_rows(self, op: "mir.CacheRows") -> list[ir.Stmt]:
         """A cached block's rows in the form the representation's walks read
@@ -726,6 +756,19 @@ def lower(fn: mir.Function, forest: Forest, rep: Representation) -> ir.Kernel:
                      n_threads if _parallel(fn.body) else None)
     params = [rows, n_rows, *data_params, n_threads, finish, tree_output, *rep.params]
     return ir.Kernel(fn.name, params, body)
+
+
+def _walks(ops: tuple) -> list[mir.WalkMember | mir.Walk]:
+    """The walks (and walk group members) of ``ops``, nested loops included."""
+    out: list[mir.WalkMember | mir.Walk] = []
+    for op in ops:
+        if isinstance(op, mir.Loop):
+            out += _walks(op.body)
+        elif isinstance(op, mir.Walk):
+            out.append(op)
+        elif isinstance(op, mir.InterleavedWalk):
+            out += op.members
+    return out
 
 
 def _parallel(ops: tuple) -> bool:
