@@ -17,6 +17,7 @@ from hypothesis import given, settings, strategies as st
 
 import silvanforge
 from silvanforge import reference
+from silvanforge.backends.cpu import outline
 from silvanforge.lir import interpret, ir, lower as lir_lower
 from silvanforge.lir.finish import MARGIN
 from silvanforge.lir.printer import print_lir
@@ -145,6 +146,33 @@ def test_a_big_forest_calls_a_function_a_tree():
     assert llvm_ir.count("define ") > forest.n_trees  # the kernel, its loop, the trees
     X = with_nans(np.random.default_rng(1).normal(size=(200, 5)), 0.1)
     check(predictor, forest, X)
+
+
+def test_a_tree_loop_over_rows_jumps_once_a_tree():
+    """Where a tree loop holds a loop over rows (``xgboost``: a block's rows through one
+    tree), the jump is on the tree loop's index, to a copy of the row loop per tree."""
+    forest = _big_forest(n_trees=5)
+    for schedule in ("xgboost", "one_tree_at_a_time"):
+        lir = silvanforge.compile(forest, schedule=schedule, representation="code",
+                                  n_jobs=1).dump("lir")
+        assert lir.count("switch (tree) {") == 1
+        assert lir.count("case ") == forest.n_trees
+        assert lir.count("for (") >= 1 + forest.n_trees  # a row loop in every case
+
+
+def test_small_pieces_keep_every_schedule_exact(monkeypatch):
+    """Switch cases outlined as functions, and those cut again, at budgets below a
+    tree's size."""
+    forest = _big_forest(n_trees=6, seed=2)
+    X = with_nans(np.random.default_rng(3).normal(size=(70, 5)), 0.1)
+    for budget in (60, 400):
+        monkeypatch.setattr(outline, "BUDGET", budget)
+        for name, text in SCHEDULES.items():
+            predictor = silvanforge.compile(forest, schedule=text, representation="code",
+                                            n_jobs=2)
+            if "switch (" in predictor.dump("lir"):
+                assert predictor.dump("llvm").count("define ") > forest.n_trees, name
+            check(predictor, forest, X)
 
 
 def test_a_switch_runs_its_case_or_nothing():
