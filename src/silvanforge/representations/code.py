@@ -38,8 +38,8 @@ The node tables serve whoever walks by the table interface (hand-built LIR kerne
 tests). :meth:`walk_code` emits one tree, whose index is a constant; every schedule runs:
 where the tree loop is unrolled or specialized (the named schedule ``code_rows``, the
 fastest) indices are constants, elsewhere the lowering jumps on the index to the trees'
-code (a :class:`~silvanforge.lir.ir.Switch`, see ``dispatched_walks`` in
-:mod:`silvanforge.lir.lower`). Code size grows with the forest; the CPU backend splits
+code (a :class:`~silvanforge.lir.ir.Switch`, once a tree loop's iteration or once a walk
+group: ``tree_switch`` and ``dispatched_walks`` in :mod:`silvanforge.lir.lower`). Code size grows with the forest; the CPU backend splits
 large blocks into separate functions, a big switch's cases each into its own
 (:mod:`silvanforge.backends.cpu.outline`), which keeps compile time linear in the number
 of nodes. Only a tree too deep to emit is refused.
