@@ -39,10 +39,11 @@ tests). :meth:`walk_code` emits one tree, whose index is a constant; every sched
 where the tree loop is unrolled or specialized (the named schedule ``code_rows``, the
 fastest) indices are constants, elsewhere the lowering jumps on the index to the trees'
 code (a :class:`~silvanforge.lir.ir.Switch`, once a tree loop's iteration or once a walk
-group: ``tree_switch`` and ``dispatched_walks`` in :mod:`silvanforge.lir.lower`). Code size grows with the forest; the CPU backend splits
-large blocks into separate functions, a big switch's cases each into its own
-(:mod:`silvanforge.backends.cpu.outline`), which keeps compile time linear in the number
-of nodes. Only a tree too deep to emit is refused.
+group: ``tree_switch`` and ``dispatched_walks`` in :mod:`silvanforge.lir.lower`). Code
+size grows with the forest; the CPU backend splits large blocks into separate functions,
+a big switch's cases each into its own (:mod:`silvanforge.backends.cpu.outline`), which
+keeps compile time linear in the number of nodes. Only a tree too deep to emit is
+refused.
 
 >>> rep = CodeRepresentation(forest)                              # doctest: +SKIP
 >>> rep.walk_code(ir.i64(0), ir.Var("node", ir.I64), row_value)   # doctest: +SKIP
