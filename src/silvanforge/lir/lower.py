@@ -15,7 +15,9 @@ A walk keeps its node in a local variable: ``node = root(t)``, then ``peel_depth
 without leaf tests, ``unroll_depth`` steps each behind a leaf test, then a loop until a
 leaf. Members of an interleaved walk advance one step each in turn while any is active,
 so their loads overlap. Every load of a row or a tree is guarded by the member's validity
-condition: the generated code never reads outside its buffers.
+condition: the generated code never reads outside its buffers. A representation that emits
+each tree's own code (``walk_code``) walks a tree in that code; where the tree index is
+not a constant, it jumps on the index to the trees' code (a ``Switch``).
 """
 
 from __future__ import annotations
@@ -188,10 +190,10 @@ class _Lowering:
         representation emitting each tree's own code (``constant_trees``), when every
         walk in the body is of the loop's tree and the body loops over rows, so the
         jump is taken once for those rows' walks rather than once for each."""
-        if op.kind != TREE or not self.rep.constant_trees or op.var in self.fixed:
+        if op.kind != TREE or not self.rep.constant_trees:
             return False
         tree = mir.Affine.var(op.var)
-        walks = [w for w in _walks(op.body)]
+        walks = _walks(op.body)
         return bool(walks) and all(w.tree == tree for w in walks) and any(
             isinstance(inner, mir.Loop) for inner in op.body)
 
