@@ -18,14 +18,16 @@ from hypothesis import given, settings, strategies as st
 import silvanforge
 from silvanforge import reference
 from silvanforge.backends.cpu import outline
+from silvanforge.backends.gpu import CUDARenderer
 from silvanforge.lir import interpret, ir, lower as lir_lower
 from silvanforge.lir.finish import MARGIN
 from silvanforge.lir.printer import print_lir
 from silvanforge.mir import lower as mir_lower
 from silvanforge.representations import REGISTRY
-from silvanforge.schedule.library import LIBRARY, named
+from silvanforge.schedule.library import GPU_SCHEDULES, LIBRARY, named
 
 from test_code_representation import _big_forest, check
+from test_gpu import nvrtc, opencl  # noqa: F401  (fixtures: OpenCL device / NVRTC, or a skip)
 from test_representations import forests, random_rows
 from util import with_nans
 
@@ -173,6 +175,22 @@ def test_small_pieces_keep_every_schedule_exact(monkeypatch):
             if "switch (" in predictor.dump("lir"):
                 assert predictor.dump("llvm").count("define ") > forest.n_trees, name
             check(predictor, forest, X)
+
+
+def test_gpu_schedules_jump_alike(opencl, nvrtc):  # noqa: F811
+    """Every GPU schedule, and a mapped row block over a plain tree loop (the tree
+    loop's jump, each case a scope of its own), exact on PoCL; the CUDA source of each
+    compiles to PTX."""
+    forest = _big_forest(n_trees=7)
+    X = with_nans(np.random.default_rng(4).normal(size=(150, 5)), 0.1)
+    block = "tile(batch, b0, b1, 64)\nreorder(b0, tree, b1)\ngpuDimension(b0, grid.x)"
+    for schedule in (*GPU_SCHEDULES, block):
+        predictor = silvanforge.compile(forest, target="opencl", schedule=schedule,
+                                        representation="code")
+        np.testing.assert_allclose(predictor.predict(X), reference.predict(forest, X),
+                                   rtol=1e-12, atol=1e-12, err_msg=schedule)
+        source = CUDARenderer().render(predictor.program)
+        assert "switch (" in source and ".entry" in nvrtc(source), schedule
 
 
 def test_a_switch_runs_its_case_or_nothing():

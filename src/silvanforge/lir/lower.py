@@ -201,10 +201,13 @@ class _Lowering:
         """The body of tree loop ``op`` as a jump on its index to one copy of the body
         per tree, lowered with that index a constant (walks as each tree's own code)."""
         cases = []
+        outer = self.row_caches
         for t in range(self.forest.n_trees):
-            self.fixed[op.var] = t
+            # What a case declares is its own (the GPU lowering's blocks keep the caches).
+            self.fixed[op.var], self.row_caches = t, {}
             cases.append(self.body(op.body))
         del self.fixed[op.var]
+        self.row_caches = outer
         return [ir.Switch(var, cases)]
 
     def prepare_rows(self, op: "mir.CacheRows") -> list[ir.Stmt]:
