@@ -113,11 +113,12 @@ class CodeRepresentation(SparseRepresentation):
         """Nested ``If`` statements leaving tree ``tree``'s reached leaf in ``node`` (the
         float64 bits of its value, or its handle for linear and vector leaves; see
         :meth:`code_leaf_value`); ``tree`` is a constant (an unrolled or specialized tree
-        loop, or a case of the lowering's dispatch on a variable index). With a ``row`` cache, the walk's category operands are the row's,
-        declared by :meth:`row_preamble`; without one, the walk declares its own."""
+        loop, or a case of the lowering's jump on a variable index). With a ``row``
+        cache, the walk's category operands are the row's, declared by
+        :meth:`row_preamble`; without one, the walk declares its own."""
         if not isinstance(tree, ir.Const):
             raise TypeError("a tree's code needs its index as a constant; the lowering "
-                            "dispatches a variable one to the trees' code")
+                            "jumps on a variable one to the trees' code")
         t = int(tree.value)
         # Each level nests a block in every renderer: stay far from Python's limit.
         limit = sys.getrecursionlimit() // 8

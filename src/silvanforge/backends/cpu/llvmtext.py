@@ -469,8 +469,9 @@ class IRBuilder:
 
     def switch(self, value: Value, default: Block, cases: Sequence[tuple[int, Block]]) -> None:
         """Jump to the block of the case equal to integer ``value``, else to ``default``."""
-        table = " ".join(f"{value.type.text} {case}, label {block.ref}" for case, block in cases)
-        self._terminate(f"switch {value.type.text} {value.ref}, label {default.ref} [{table}]")
+        ty = value.type.text
+        table = " ".join(f"{ty} {case}, label {block.ref}" for case, block in cases)
+        self._terminate(f"switch {ty} {value.ref}, label {default.ref} [{table}]")
 
     def ret_void(self) -> None:
         self._terminate("ret void")

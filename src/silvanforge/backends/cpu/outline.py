@@ -73,20 +73,20 @@ class Sizer:
         elif kind is ir.LocalArray:
             declared.add("buffer " + s.buffer.name)
         if known:  # the tables say where the expressions and blocks are
-            exprs, inner = STMT_EXPRS[kind], list(blocks(s))
+            exprs, nested = STMT_EXPRS[kind], list(blocks(s))
             buffer = getattr(s, "buffer", None)
             if buffer is not None:
                 self._name(buffer, names)
         else:
             exprs = [f for f in _fields(s) if isinstance(getattr(s, f), (ir.Expr, ir.Buffer))]
-            inner = [getattr(s, f) for f in _fields(s) if isinstance(getattr(s, f), list)]
+            nested = [getattr(s, f) for f in _fields(s) if isinstance(getattr(s, f), list)]
         for name in exprs:
             value = getattr(s, name)
             if isinstance(value, ir.Buffer):
                 self._name(value, names)
             elif value is not None:
                 size += self._expr(value, names)
-        for block in inner:
+        for block in nested:
             for child in block:
                 inner = self(child)
                 size += inner.size
