@@ -3,9 +3,9 @@ backend's outlining of large blocks into functions.
 
 Compiled code predictors must equal the reference exactly on random forests using every
 operator, missing rule, category rule, vector and linear leaves, at both precisions, on
-rows of thresholds, NaNs and odd categories; and trained LightGBM / XGBoost models. A
-schedule that leaves a tree index unknown at compile time is refused. Big forests are
-split into several functions, and outlining keeps every schedule of every
+rows of thresholds, NaNs and odd categories; and trained LightGBM / XGBoost models
+(schedules leaving tree indices unknown at compile time: test_code_dispatch.py). Big
+forests are split into several functions, and outlining keeps every schedule of every
 representation exact however small the pieces.
 """
 
@@ -19,7 +19,6 @@ import silvanforge
 from silvanforge import reference
 from silvanforge.backends.cpu import outline
 from silvanforge.backends.gpu import CUDARenderer
-from silvanforge.errors import ScheduleError
 from silvanforge.lir import ir
 from silvanforge.model.builder import Tree, build_forest
 from silvanforge.representations import REGISTRY
@@ -30,7 +29,7 @@ from test_gpu import nvrtc, opencl  # noqa: F401  (fixtures: OpenCL device / NVR
 from test_representations import forests, random_rows
 from util import assert_parity, probe_rows, with_nans
 
-# Schedules with constant tree indices, as the code representation needs.
+# Schedules with constant tree indices, which the code representation runs best.
 CODE_SCHEDULES = {
     "code_rows": "code_rows",
     "row by row": "unroll(tree)",
@@ -71,16 +70,6 @@ def test_default_code_schedule_equals_reference(forest, seed):
     assert "unroll(t1)" in str(predictor.schedule)
     for n in (1, 64, 65, 150):
         check(predictor, forest, probe_rows(forest, seed, n))
-
-
-def test_a_tree_index_unknown_at_compile_time_is_refused():
-    forest = build_forest([Tree(left=[1, -1, -1], right=[2, -1, -1], feature=[0, 0, 0],
-                                threshold=[0.5, 0, 0], leaf_value=[0, 1, 2])] * 4,
-                          n_features=1, n_outputs=1)
-    for schedule in ("default", "one_tree_at_a_time", "tile(tree, t0, t1, 2)\nunroll(t1)"):
-        with pytest.raises(ScheduleError, match="constant tree indices: unroll or "
-                                                "specialize the tree loop"):
-            silvanforge.compile(forest, schedule=schedule, representation="code")
 
 
 def _big_forest(n_trees: int = 120, seed: int = 0):
@@ -195,5 +184,9 @@ def test_gpu_renderers_render_code_walks_as_branches(opencl, nvrtc):  # noqa: F8
     np.testing.assert_allclose(predictor.predict(X), reference.predict(forest, X),
                                rtol=1e-12, atol=1e-12)
     assert ".entry" in nvrtc(CUDARenderer().render(predictor.program))
-    with pytest.raises(ScheduleError, match="constant tree indices"):
-        silvanforge.compile(forest, target="opencl", representation="code")
+    # The GPU default leaves tree indices variable: each walk jumps to its tree's code.
+    dispatched = silvanforge.compile(forest, target="opencl", representation="code")
+    np.testing.assert_allclose(dispatched.predict(X), reference.predict(forest, X),
+                               rtol=1e-12, atol=1e-12)
+    source = CUDARenderer().render(dispatched.program)
+    assert "switch (" in source and ".entry" in nvrtc(source)

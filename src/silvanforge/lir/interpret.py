@@ -364,6 +364,12 @@ def _if(s: ir.If, env: _Env) -> None:
     _block(s.then if _eval(s.cond, env) else s.orelse, env)
 
 
+def _switch(s: ir.Switch, env: _Env) -> None:
+    value = _eval(s.value, env)
+    if 0 <= value < len(s.cases):
+        _block(s.cases[value], env)
+
+
 def _local_array(s: ir.LocalArray, env: _Env) -> None:
     if s.buffer.size is None:
         raise TypeError(f"local array {s.buffer.name!r} needs a size")
@@ -401,5 +407,6 @@ _EXEC: dict[type, Callable[[Any, _Env], None]] = {
     ir.For: _for,
     ir.While: _while,
     ir.If: _if,
+    ir.Switch: _switch,
     ir.Barrier: _barrier,
 }

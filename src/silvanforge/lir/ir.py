@@ -332,6 +332,16 @@ class If(Stmt):
 
 
 @dataclass
+class Switch(Stmt):
+    """Run block ``cases[value]`` (``value`` an integer), each case a scope of its own;
+    nothing when ``value`` is outside ``[0, len(cases))``. A CPU backend jumps through a
+    table of the cases."""
+
+    value: Expr
+    cases: list[list[Stmt]] = field(default_factory=list)
+
+
+@dataclass
 class Barrier(Stmt):
     """GPU only: every thread of the block waits here, and then sees the global and
     shared memory writes the others made before it. Every thread of a block must reach

@@ -15,7 +15,9 @@ A walk keeps its node in a local variable: ``node = root(t)``, then ``peel_depth
 without leaf tests, ``unroll_depth`` steps each behind a leaf test, then a loop until a
 leaf. Members of an interleaved walk advance one step each in turn while any is active,
 so their loads overlap. Every load of a row or a tree is guarded by the member's validity
-condition: the generated code never reads outside its buffers.
+condition: the generated code never reads outside its buffers. A representation that emits
+each tree's own code (``walk_code``) walks a tree in that code; where the tree index is
+not a constant, it jumps on the index to the trees' code (a ``Switch``).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from ..mir import ir as mir
 from ..errors import ScheduleError
 from ..mir.legalize import check_peel
 from ..model.forest import Forest
+from ..schedule import TREE
 from .representation import Representation, RowValues
 from . import ir
 from .finish import epilogue
@@ -85,17 +88,23 @@ class _Lowering:
     # The rows the enclosing batch loop prepared for the representation's walks (see
     # prepare_rows): (local array, first row, elements a row).
     prepared: tuple[ir.Buffer, ir.Expr, int] | None = None
+    # Tree loop variables whose value the code being lowered knows (see tree_switch).
+    fixed: dict[str, int] = field(default_factory=dict)
 
     # ---- expressions --------------------------------------------------------------------
     def affine(self, a: mir.Affine) -> ir.Expr:
-        expr: ir.Expr = ir.i64(a.const)
+        fixed = self.fixed
+        expr: ir.Expr = ir.i64(a.const + sum(c * fixed[v] for v, c in a.terms if v in fixed))
         for var, coef in a.terms:
+            if var in fixed:
+                continue
             v = self.n_rows if var == mir.N else ir.Var(_name(var), ir.I64)
             term = v if coef == 1 else ir.BinOp("mul", ir.i64(coef), v)
             expr = term if expr == ir.i64(0) else ir.BinOp("add", expr, term)
         if a.div != 1:
             # Indices here are never negative, so signed division is floor division.
-            expr = ir.BinOp("div", expr, ir.i64(a.div))
+            expr = ir.i64(expr.value // a.div) if isinstance(expr, ir.Const) \
+                else ir.BinOp("div", expr, ir.i64(a.div))
         return expr
 
     def bound(self, b: mir.Bound) -> ir.Expr:
@@ -148,8 +157,9 @@ class _Lowering:
             var = ir.Var(_name(op.var), ir.I64)
             # GPU dimensions mean nothing on a CPU: such loops run serially here, which
             # legalization has already made safe.
+            body = self.tree_switch(op, var) if self.switches_on(op) else self.body(op.body)
             return [ir.For(var, self.bound(op.lower), self.bound(op.upper), ir.i64(op.step),
-                           self.body(op.body), parallel=op.parallel,
+                           body, parallel=op.parallel,
                            threads=self.n_threads if op.parallel else None)]
         if isinstance(op, mir.Guard):
             return [ir.If(self.cond(op.cond), self.body(op.body))]
@@ -176,6 +186,31 @@ class _Lowering:
             return [ir.For(r, self.bound(op.lower), self.bound(op.upper), ir.i64(1),
                            [ir.Prefetch(self.rows, start)])]
         raise TypeError(f"no LIR lowering for MIR op {type(op).__name__}")
+
+    def switches_on(self, op: mir.Loop) -> bool:
+        """Whether tree loop ``op`` jumps to a copy of its body per tree: for a
+        representation emitting each tree's own code (``constant_trees``), when every
+        walk in the body is of the loop's tree and the body loops over rows, so the
+        jump is taken once for those rows' walks rather than once for each."""
+        if op.kind != TREE or not self.rep.constant_trees:
+            return False
+        tree = mir.Affine.var(op.var)
+        walks = _walks(op.body)
+        return bool(walks) and all(w.tree == tree for w in walks) and any(
+            isinstance(inner, mir.Loop) for inner in op.body)
+
+    def tree_switch(self, op: mir.Loop, var: ir.Var) -> list[ir.Stmt]:
+        """The body of tree loop ``op`` as a jump on its index to one copy of the body
+        per tree, lowered with that index a constant (walks as each tree's own code)."""
+        cases = []
+        outer = self.row_caches
+        for t in range(self.forest.n_trees):
+            # What a case declares is its own (the GPU lowering's blocks keep the caches).
+            self.fixed[op.var], self.row_caches = t, {}
+            cases.append(self.body(op.body))
+        del self.fixed[op.var]
+        self.row_caches = outer
+        return [ir.Switch(var, cases)]
 
     def prepare_rows(self, op: "mir.CacheRows") -> list[ir.Stmt]:
         """A cached block's rows in the form the representation's walks read
@@ -391,6 +426,9 @@ class _Lowering:
         """
         if type(self.rep).walk_code is Representation.walk_code:
             return None  # a layout walked step by step
+        if self.rep.constant_trees and not all(
+                isinstance(self.affine(m.tree), ir.Const) for m in members):
+            return self.dispatched_walks(members)
         code: list[ir.Stmt] = []
         walks: list[ir.Stmt] = []
         before = {row: set(cache) for row, (_, cache) in self.row_caches.items()}
@@ -426,6 +464,52 @@ class _Lowering:
                 code += self.rep.row_preamble({"stem": cache["stem"], **new},
                                               self.row_loader(offset))
         return code + walks
+
+    def dispatched_walks(self, members: list[mir.WalkMember]) -> list[ir.Stmt]:
+        """Walks as code whose tree indices are not all constants, for a representation
+        that emits each tree's own code (``constant_trees``): a jump on the tree index
+        to that tree's code (a :class:`~.ir.Switch`), which leaves each member's leaf in
+        a local array its reduce reads.
+
+        The members' row offsets (-1: the member does not exist, its row is never read)
+        go into a local array first and a loop over them walks, so every tree's code is
+        emitted once whatever the number of members (the twelve rows of the ``default``
+        schedule's block would otherwise take twelve copies of the forest). Members of
+        one tree (rows of a block) jump once, to a loop over them; members of different
+        trees (a row's interleaved trees) each jump in the loop. Category operands are
+        computed at each tree's entry (which trees a row meets is not known here)."""
+        n, n_features = len(members), self.forest.n_features
+        offsets, leaves = (ir.Buffer(self.fresh(stem), ir.I64, n)
+                           for stem in ("walk_rows", "walk_leaves"))
+        code: list[ir.Stmt] = [ir.LocalArray(offsets), ir.LocalArray(leaves)]
+        trees = [self.affine(m.tree) for m in members]
+        for k, (m, tree) in enumerate(zip(members, trees)):
+            row = self.affine(m.row)
+            at: ir.Expr = ir.BinOp("mul", row, ir.i64(n_features))
+            valid = self.cond(m.valid)
+            code.append(ir.Store(offsets, ir.i64(k), at if valid is None
+                                 else ir.Select(valid, at, ir.i64(-1))))
+            self.walks[m.result] = _Walk(tree, row, ir.Load(leaves, ir.i64(k)), code=True)
+        member = ir.Var(self.fresh("member"), ir.I64)
+        offset = ir.Var(self.fresh("row_offset"), ir.I64)
+        node = ir.Var(self.fresh("node"), ir.I64)
+        loader = self.row_loader(offset)
+        cases = [[ir.Declare(node, ir.i64(0)), *self.rep.walk_code(ir.i64(t), node, loader),
+                  ir.Store(leaves, member, node)] for t in range(self.forest.n_trees)]
+
+        def each_member(body: list[ir.Stmt]) -> ir.For:
+            return ir.For(member, ir.i64(0), ir.i64(n), ir.i64(1), [
+                ir.Declare(offset, ir.Load(offsets, member)),
+                ir.If(ir.Cmp("ge", offset, ir.i64(0)), body)])
+
+        if all(tree == trees[0] for tree in trees):
+            code.append(ir.Switch(trees[0], [[each_member(case)] for case in cases]))
+        else:
+            index = ir.Buffer(self.fresh("walk_trees"), ir.I64, n)
+            code += [ir.LocalArray(index)] + [ir.Store(index, ir.i64(k), tree)
+                                              for k, tree in enumerate(trees)]
+            code.append(each_member([ir.Switch(ir.Load(index, member), cases)]))
+        return code
 
     def fixed_walks(self, members: list[mir.WalkMember]) -> list[ir.Stmt]:
         """Walks whose trees keep every leaf at one depth: exactly that many steps, no
@@ -679,6 +763,19 @@ def lower(fn: mir.Function, forest: Forest, rep: Representation) -> ir.Kernel:
                      n_threads if _parallel(fn.body) else None)
     params = [rows, n_rows, *data_params, n_threads, finish, tree_output, *rep.params]
     return ir.Kernel(fn.name, params, body)
+
+
+def _walks(ops: tuple) -> list[mir.WalkMember | mir.Walk]:
+    """The walks (and walk group members) of ``ops``, nested loops included."""
+    out: list[mir.WalkMember | mir.Walk] = []
+    for op in ops:
+        if isinstance(op, mir.Loop):
+            out += _walks(op.body)
+        elif isinstance(op, mir.Walk):
+            out.append(op)
+        elif isinstance(op, mir.InterleavedWalk):
+            out += op.members
+    return out
 
 
 def _parallel(ops: tuple) -> bool:

@@ -127,6 +127,13 @@ def _stmt(s: ir.Stmt, depth: int, lines: list[str]) -> None:
             lines.append(f"{pad}}} else {{")
             _block(s.orelse, depth + 1, lines)
         lines.append(f"{pad}}}")
+    elif isinstance(s, ir.Switch):
+        lines.append(f"{pad}switch ({format_expr(s.value)}) {{")
+        for i, case in enumerate(s.cases):
+            lines.append(f"{pad}{_INDENT}case {i}: {{")
+            _block(case, depth + 2, lines)
+            lines.append(f"{pad}{_INDENT}}}")
+        lines.append(f"{pad}}}")
     else:
         raise TypeError(f"not a LIR statement: {s!r}")
 

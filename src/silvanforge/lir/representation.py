@@ -58,7 +58,10 @@ class Representation(ABC):
     """Model buffers plus the LIR for every tree operation a walk needs."""
 
     name: ClassVar[str]
-    # Whether walks need compile-time constant tree indices (trees emitted as code).
+    # Whether walk_code emits each tree's own code, for a constant tree index: a variable
+    # index jumps to the code of its tree (a switch, see lir.lower), so schedules that
+    # make tree indices constants (unrolled tree loops) suit such a representation best,
+    # and the tuner pairs it with those only.
     constant_trees: ClassVar[bool] = False
     # Whether walks may read a prepared form of their row (see prepared_row): schedules
     # running a tree over a block of rows then cache the block (``cache`` directive).

@@ -35,11 +35,15 @@ nyc-taxi-like LightGBM models and counted with callgrind):
   load; linear and vector leaves end in the sparse layout's leaf handle.
 
 The node tables serve whoever walks by the table interface (hand-built LIR kernels,
-tests). A schedule must make tree indices compile-time constants (``unroll``/``specialize``
-of the tree loop; the named schedule ``code_rows`` does); others are refused with a
-:class:`ScheduleError`. Code size grows with the forest; the CPU backend splits large
-blocks into separate functions (:mod:`silvanforge.backends.cpu.outline`), which keeps
-compile time linear in the number of nodes.
+tests). :meth:`walk_code` emits one tree, whose index is a constant; every schedule runs:
+where the tree loop is unrolled or specialized (the named schedule ``code_rows``, the
+fastest) indices are constants, elsewhere the lowering jumps on the index to the trees'
+code (a :class:`~silvanforge.lir.ir.Switch`, once a tree loop's iteration or once a walk
+group: ``tree_switch`` and ``dispatched_walks`` in :mod:`silvanforge.lir.lower`). Code
+size grows with the forest; the CPU backend splits large blocks into separate functions,
+a big switch's cases each into its own (:mod:`silvanforge.backends.cpu.outline`), which
+keeps compile time linear in the number of nodes. Only a tree too deep to emit is
+refused.
 
 >>> rep = CodeRepresentation(forest)                              # doctest: +SKIP
 >>> rep.walk_code(ir.i64(0), ir.Var("node", ir.I64), row_value)   # doctest: +SKIP
@@ -54,7 +58,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..errors import ScheduleError, UnsupportedModelError
+from ..errors import UnsupportedModelError
 from ..lir import ir
 from ..model.forest import MISSING_NAN, MISSING_NONE, OP_CAT, OP_EQ, OP_LE, OP_LT, Forest
 from . import decision
@@ -131,14 +135,13 @@ class CodeRepresentation(SparseRepresentation):
                   row: dict | None = None) -> list[ir.Stmt]:
         """Nested ``If`` statements leaving tree ``tree``'s reached leaf in ``node`` (the
         float64 bits of its value, or its handle for linear and vector leaves; see
-        :meth:`code_leaf_value`); ``tree`` must be a constant (an unrolled or specialized
-        tree loop). With a ``row`` cache, the walk's category operands are the row's,
-        declared by :meth:`row_preamble`; without one, the walk declares its own."""
+        :meth:`code_leaf_value`); ``tree`` is a constant (an unrolled or specialized tree
+        loop, or a case of the lowering's jump on a variable index). With a ``row``
+        cache, the walk's category operands are the row's, declared by
+        :meth:`row_preamble`; without one, the walk declares its own."""
         if not isinstance(tree, ir.Const):
-            raise ScheduleError(
-                f"representation {self.name!r} needs constant tree indices: unroll or "
-                "specialize the tree loop (e.g. add 'unroll(tree)'; on a CPU, compile() "
-                "without a schedule uses 'code_rows', which does)")
+            raise TypeError("a tree's code needs its index as a constant; the lowering "
+                            "jumps on a variable one to the trees' code")
         t = int(tree.value)
         # Each level nests a block in every renderer: stay far from Python's limit.
         limit = sys.getrecursionlimit() // 8

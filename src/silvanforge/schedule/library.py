@@ -24,7 +24,7 @@ The measurements behind each choice are in docs/SCHEDULES.md ("Named schedules")
   (``tile(tree, t0, t1, 10); interleave(t1)``); a single row has no other walks to
   overlap (16 walks' nodes spill out of the registers). ``compile`` uses it for
   batches of up to 8 rows when no schedule is given.
-- ``code_rows``: for the ``code`` representation, which needs constant tree indices:
+- ``code_rows``: for the ``code`` representation, fastest with constant tree indices:
   rows in parallel blocks of 64; for a block, trees in chunks of 25, each chunk over
   every row of the block; both tree loops unrolled (``tile(batch, b0, b1, 64);
   tile(tree, t0, t1, 25); reorder(b0, t0, b1, t1); unroll(t0); unroll(t1);

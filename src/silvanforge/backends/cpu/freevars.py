@@ -23,8 +23,19 @@ STMT_EXPRS = {
     ir.Declare: ("init",), ir.Assign: ("value",), ir.Store: ("index", "value"),
     ir.AtomicAdd: ("index", "value"), ir.Prefetch: ("index",), ir.LocalArray: (),
     ir.For: ("start", "stop", "step", "threads"), ir.While: ("cond",), ir.If: ("cond",),
+    ir.Switch: ("value",),
 }
 STMT_BLOCKS = {ir.For: ("body",), ir.While: ("body",), ir.If: ("then", "orelse")}
+# Attributes that hold a list of blocks.
+STMT_BLOCK_LISTS = {ir.Switch: ("cases",)}
+
+
+def blocks(s: ir.Stmt) -> Iterator[list[ir.Stmt]]:
+    """The blocks of statements nested in ``s`` (a known statement), in program order."""
+    for attr in STMT_BLOCKS.get(type(s), ()):
+        yield getattr(s, attr)
+    for attr in STMT_BLOCK_LISTS.get(type(s), ()):
+        yield from getattr(s, attr)
 
 
 def walk_stmts(stmts: list[ir.Stmt]) -> Iterator[ir.Stmt]:
@@ -37,8 +48,8 @@ def walk_stmts(stmts: list[ir.Stmt]) -> Iterator[ir.Stmt]:
     """
     for s in stmts:
         yield s
-        for attr in STMT_BLOCKS.get(type(s), ()):
-            yield from walk_stmts(getattr(s, attr))
+        for block in blocks(s):
+            yield from walk_stmts(block)
 
 
 @dataclass(frozen=True)

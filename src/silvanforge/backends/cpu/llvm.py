@@ -556,6 +556,30 @@ class _FunctionBuilder:
         if then is None:
             self.b.position_at_end(end)
 
+    def _s_Switch(self, s: ir.Switch) -> None:
+        """A jump table of the cases. In a switch over the budget each case is a function
+        of its own where it can be one (trees as code dispatched on a variable tree
+        index: a table of per-tree functions), so that LLVM handles each tree alone and
+        compile time stays linear in the forest, whatever the size of each case."""
+        value = self.expr(s.value)
+        end = self.fn.append_basic_block("switch.end")
+        cases = [(i, self.fn.append_basic_block("case"), case)
+                 for i, case in enumerate(s.cases) if case]
+        self.b.switch(value, end, [(i, block) for i, block, _ in cases])
+        split = self.size(s).size > outline.BUDGET
+        for _, block, case in cases:
+            self.b.position_at_end(block)
+            free = outline.as_function(case, self.size) if split else None
+            if free is None:
+                self.block(case, end)
+            else:
+                self.scopes.append({})  # what its arguments compute stays in the case
+                self._outlined(case, free)
+                self.scopes.pop()
+            if not self.b.block.terminated:
+                self.b.branch(end)
+        self.b.position_at_end(end)
+
     def _s_For(self, s: ir.For) -> None:
         if s.parallel and self.openmp:
             self._parallel_for(s)

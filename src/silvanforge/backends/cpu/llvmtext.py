@@ -478,6 +478,12 @@ class IRBuilder:
     def cbranch(self, cond: Value, then: Block, orelse: Block) -> None:
         self._terminate(f"br i1 {cond.ref}, label {then.ref}, label {orelse.ref}")
 
+    def switch(self, value: Value, default: Block, cases: Sequence[tuple[int, Block]]) -> None:
+        """Jump to the block of the case equal to integer ``value``, else to ``default``."""
+        ty = value.type.text
+        table = " ".join(f"{ty} {case}, label {block.ref}" for case, block in cases)
+        self._terminate(f"switch {ty} {value.ref}, label {default.ref} [{table}]")
+
     def ret_void(self) -> None:
         self._terminate("ret void")
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from ...lir import ir
-from .freevars import EXPR_CHILDREN, STMT_BLOCKS, STMT_EXPRS, FreeValues
+from .freevars import EXPR_CHILDREN, STMT_EXPRS, FreeValues, blocks
 
 # Size (statements plus expression nodes) of one outlined function: LightGBM-like trees
 # take ~7 units a node. Compiling nyc-taxi-like (100 trees of 61 nodes; best of 3 on a
@@ -29,7 +29,7 @@ BUDGET = 5000
 # Statements whose meaning this module knows; a piece holding another (a backend's own)
 # stays inline.
 _KNOWN = frozenset((ir.Declare, ir.Assign, ir.Store, ir.AtomicAdd, ir.Prefetch,
-                    ir.LocalArray, ir.For, ir.While, ir.If))
+                    ir.LocalArray, ir.For, ir.While, ir.If, ir.Switch))
 
 
 @dataclass(frozen=True)
@@ -73,21 +73,21 @@ class Sizer:
         elif kind is ir.LocalArray:
             declared.add("buffer " + s.buffer.name)
         if known:  # the tables say where the expressions and blocks are
-            exprs, blocks = STMT_EXPRS[kind], STMT_BLOCKS.get(kind, ())
+            exprs, nested = STMT_EXPRS[kind], list(blocks(s))
             buffer = getattr(s, "buffer", None)
             if buffer is not None:
                 self._name(buffer, names)
         else:
             exprs = [f for f in _fields(s) if isinstance(getattr(s, f), (ir.Expr, ir.Buffer))]
-            blocks = [f for f in _fields(s) if isinstance(getattr(s, f), list)]
+            nested = [getattr(s, f) for f in _fields(s) if isinstance(getattr(s, f), list)]
         for name in exprs:
             value = getattr(s, name)
             if isinstance(value, ir.Buffer):
                 self._name(value, names)
             elif value is not None:
                 size += self._expr(value, names)
-        for name in blocks:
-            for child in getattr(s, name):
+        for block in nested:
+            for child in block:
                 inner = self(child)
                 size += inner.size
                 names |= inner.names
@@ -204,12 +204,28 @@ def pieces(stmts: list[ir.Stmt], info: Sizer, budget: int | None = None) -> list
         declared = {s.var.name for s in body if isinstance(s, ir.Declare)} | \
             {"buffer " + s.buffer.name for s in body if isinstance(s, ir.LocalArray)}
         free_ = None
-        if sum(infos[i].size for i in g) <= budget and all(infos[i].known for i in g) \
-                and not declared & used_after[g[-1] + 1]:
-            free_ = info.free(body)
-            free_ = None if free_.assigned_outside else free_
+        if sum(infos[i].size for i in g) <= budget and not declared & used_after[g[-1] + 1]:
+            free_ = as_function(body, info)
         out.append(Piece(body, free_))
     return out
+
+
+def as_function(stmts: list[ir.Stmt], info: Sizer) -> FreeValues | None:
+    """The parameters of ``stmts`` rendered as a function of their own (a whole block:
+    what it declares is used nowhere after it), or None where they cannot be one: a
+    statement this module does not know, or a variable declared outside assigned.
+
+    >>> i, x = ir.Var("i", ir.I64), ir.Var("x", ir.I64)
+    >>> out = ir.Buffer("out", ir.I64)
+    >>> [v.name for v in as_function([ir.Store(out, i, i)], Sizer()).vars]
+    ['i']
+    >>> as_function([ir.Assign(x, i)], Sizer()) is None
+    True
+    """
+    if not all(info(s).known for s in stmts):
+        return None
+    free = info.free(stmts)
+    return None if free.assigned_outside else free
 
 
 _FIELDS: dict[type, tuple[str, ...]] = {}

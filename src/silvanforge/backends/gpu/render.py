@@ -200,3 +200,12 @@ class CStyleRenderer:
             lines.append(f"{pad}}} else {{")
             self.block(s.orelse, depth + 1, lines)
         lines.append(f"{pad}}}")
+
+    def _s_Switch(self, s: ir.Switch, pad: str, depth: int, lines: list[str]) -> None:
+        lines.append(f"{pad}switch ({self.expr(s.value)}) {{")
+        for i, case in enumerate(s.cases):
+            lines.append(f"{pad}{self.indent}case {i}: {{")
+            self.block(case, depth + 2, lines)
+            lines.append(f"{pad}{self.indent * 2}break;")
+            lines.append(f"{pad}{self.indent}}}")
+        lines.append(f"{pad}}}")
