@@ -577,7 +577,7 @@ class _GPULowering(_Lowering):
                         ) -> tuple[list[ir.Stmt], dict[str, tuple[ir.Buffer, ir.Var]]] | None:
         """For a grid-mapped tree loop with ``cache`` inside: copy code for the trees of
         this block's iteration, ``[var, min(var + step, upper))``, from each buffer the
-        representation stores tree after tree (:meth:`~silvanforge.representations.base.
+        representation stores tree after tree (:meth:`~silvanforge.lir.representation.
         Representation.tree_parts`), and the copies with their first element (buffer name
         → (copy, start)); None when the layout keeps no trees apart, the bounds are not
         constants, or the largest chunk does not fit in shared memory.
