@@ -31,6 +31,8 @@ USER_SCHEDULES = {
     "tree tiles": "tile(tree, t0, t1, 4)\nreorder(t0, batch, t1)",
     "xgboost": "xgboost",
     "trees outside": "reorder(tree, batch)",
+    "moved tree tile": "tile(tree, t0, t1, 4)\nreorder(t1, t0, batch)\nparallel(t1)",
+    "moved row tile": "tile(batch, b0, b1, 16)\nreorder(b1, b0, tree)\nparallel(b1)",
 }
 
 

@@ -766,10 +766,10 @@ def lower(fn: mir.Function, forest: Forest, rep: Representation) -> ir.Kernel:
 
 
 def _walks(ops: tuple) -> list[mir.WalkMember | mir.Walk]:
-    """The walks (and walk group members) of ``ops``, nested loops included."""
+    """The walks (and walk group members) of ``ops``, nested loops and guards included."""
     out: list[mir.WalkMember | mir.Walk] = []
     for op in ops:
-        if isinstance(op, mir.Loop):
+        if isinstance(op, (mir.Loop, mir.Guard)):
             out += _walks(op.body)
         elif isinstance(op, mir.Walk):
             out.append(op)
