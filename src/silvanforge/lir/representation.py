@@ -75,7 +75,9 @@ class Representation(ABC):
     # Where the planner tries it among the defaults (lowest first, the first that
     # :meth:`suits` the forest wins); None: only when named.
     default_rank: ClassVar[int | None] = None
-    # Whether its walks take rows as the lanes of vectors (``vectorize``).
+    # Whether its walks take rows as the lanes of vectors (``vectorize``); such a layout's
+    # constructor takes ``depth``, the depth every tree is padded to (vector walks take
+    # trees of one depth).
     vector_walks: ClassVar[bool] = False
     # Whether a second kernel for batches of a few rows pays for its compile time.
     small_batch_kernel: ClassVar[bool] = True

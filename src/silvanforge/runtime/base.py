@@ -27,14 +27,14 @@ def model_arrays(forest: Forest, representation: Any) -> list[np.ndarray]:
 def build_representation(plan: Plan) -> Any:
     """The representation ``plan`` names for its forest; with tiles of more than one
     node, its tiled form over the plan's tiling (default: uniform). Vector walks need
-    trees of one depth: the array layout then pads every tree to the deepest's (other
-    layouts are refused by the walks themselves)."""
+    trees of one depth: a layout with vector walks then pads every tree to the
+    deepest's (other layouts are refused by the walks themselves)."""
     forest, name = plan.forest, plan.representation
     if plan.tile_size == 1 and plan.node_tile is None:
-        if name == "array" and any(s.vectorized for s in plan.schedules):
-            return REGISTRY[name](forest, plan.precision,
-                                  depth=int(forest.tree_depths.max()))
-        return REGISTRY[name](forest, plan.precision)
+        cls = REGISTRY[name]
+        if cls.vector_walks and any(s.vectorized for s in plan.schedules):
+            return cls(forest, plan.precision, depth=int(forest.tree_depths.max()))
+        return cls(forest, plan.precision)
     if name not in TILED:
         raise InputError(f"tile_size {plan.tile_size} needs representation 'array' or "
                          f"'sparse' (the {name!r} representation walks one node at a time)")

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from ..backends import target_info
 from ..errors import InputError
 from ..frontends import load
 from ..model.forest import Forest
@@ -72,14 +73,12 @@ def tune(model: Any, X_sample: Any, target: str = "cpu", batch_size: int | None 
     # Only now: the searches import bench, which makes idle OpenMP threads sleep.
     from . import explore
 
-    if target in ("cuda", "opencl"):  # the GPU template and Algorithm 1 (tune/gpu.py)
+    if target_info(target).device == "gpu":  # the GPU template and Algorithm 1
         from .gpu import tune_gpu
 
         forest = load(model)
         return tune_gpu(forest, _sample(forest, X_sample, batch_size), target, budget_s,
                         exhaustive, use_cache, progress)
-    if target != "cpu":
-        raise InputError(f"unknown target {target!r}; choose 'cpu', 'cuda' or 'opencl'")
     forest = load(model)
     jobs = default_jobs() if n_jobs is None else int(n_jobs)
     if jobs < 1:
