@@ -40,15 +40,15 @@ def test_predict_matches_the_reference(model, tmp_path, output):
         np.testing.assert_allclose(np.loadtxt(out), expected, rtol=1e-8)
 
 
-@pytest.mark.parametrize("level", ["hir", "mir", "lir", "llvm"])
+@pytest.mark.parametrize("level", ["plan", "hir", "mir", "lir", "llvm"])
 def test_inspect_dumps_each_level(model, capsys, level, tmp_path):
     schedule = tmp_path / "schedule.txt"
     schedule.write_text("reorder(tree, batch)\n")
     assert cli.main(["inspect", str(model[0]), "--dump", level,
                      "--schedule", str(schedule)]) == 0
     text = capsys.readouterr().out
-    marker = {"hir": "reorder(tree, batch)", "mir": "func @predict", "lir": "kernel predict",
-              "llvm": "define"}[level]
+    marker = {"plan": "schedule:\n  reorder(tree, batch)", "hir": "reorder(tree, batch)",
+              "mir": "func @predict", "lir": "kernel predict", "llvm": "define"}[level]
     assert marker in text
 
 
@@ -100,3 +100,12 @@ def test_every_command_has_help(capsys):
             cli.main(argv)
         assert exit_.value.code == 0
         assert "usage: silvanforge" in capsys.readouterr().out
+
+
+def test_compile_for_a_named_cpu(model, tmp_path, capsys):
+    path, X = model
+    saved = tmp_path / "v2.sfp"
+    assert cli.main(["compile", str(path), "-o", str(saved), "--cpu", "x86-64-v2"]) == 0
+    assert "cpu=x86-64-v2" in capsys.readouterr().out
+    assert cli.main(["inspect", str(saved), "--dump", "plan"]) == 0
+    assert "built for CPU x86-64-v2" in capsys.readouterr().out
