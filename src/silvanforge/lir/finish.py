@@ -1,8 +1,8 @@
 """The kernel's epilogue: per-output tree sums → the margin or the value, in LIR.
 
 A one-row call spent more time finishing the kernel's sums in numpy (a base score, a
-sigmoid: six small-array operations and an error-state switch, 6.9 µs on higgs) than
-walking the trees (2 µs). The CPU kernel therefore finishes its rows itself, as told by
+sigmoid: six small-array operations and an error-state switch) than walking the trees
+(docs/ARCHITECTURE.md has the figures). The CPU kernel therefore finishes its rows itself, as told by
 its ``finish`` argument:
 
 - ``MARGIN``: the library's margin (sums, averaged when the margin is a mean, plus the

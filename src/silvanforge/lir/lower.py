@@ -42,8 +42,8 @@ from .finish import epilogue
 # through a depth-8 tree take 256); longer ones loop over the steps.
 MAX_UNROLLED_STEPS = 512
 # Vector walks read a level of at most this many nodes from rows copied transposed as
-# one vector per node, selected by position (higgs: 1.3x faster than gathering levels
-# 0-3; a wider select tree costs more than the gather it saves).
+# one vector per node, selected by position (faster than gathering levels 0-3; a wider
+# select tree costs more than the gather it saves: docs/ARCHITECTURE.md "Vector walks").
 DIRECT_SPAN = 8
 # The most a block's transposed copy of its rows may take of a thread's stack (OpenMP
 # threads get a few MiB): 64 rows of 4096 float32 features.
@@ -269,9 +269,8 @@ class _Lowering:
         dependent loads; they share a level's windows). At the end of a batch, where
         fewer groups have rows, all walk in turn when more than half have rows, else the
         first half when more than a quarter have, and so on down to the first alone;
-        groups without rows walk the last row (higgs, tiles of 64, time against the
-        scalar default: 20 rows 0.65x this way, 0.87x with each group alone, 1.07x with
-        all four in turn; 40 rows 0.63x, 0.74x with each alone)."""
+        groups without rows walk the last row (the fastest of the ways measured,
+        docs/ARCHITECTURE.md "Vector walks across rows")."""
         walk = getattr(self.rep, "vector_walk", None)
         if walk is None or self.rep.spec.compare.bits != 32:
             raise ScheduleError(

@@ -98,8 +98,8 @@ def as_rows(X: Any, forest: Any) -> np.ndarray:
     dtype = forest.input_dtype
     if arr.dtype == dtype and arr.flags.c_contiguous and arr.flags.aligned:
         return arr
-    # A copy, aligned and in this machine's byte order (astype: 1 µs a row where
-    # np.require and errstate took 5). Values beyond float32's range become
+    # A copy, aligned and in this machine's byte order (astype: the fastest way,
+    # docs/ARCHITECTURE.md "Measurements behind smaller rules"). Values beyond float32's range become
     # infinities, as in the libraries that round inputs to float32: that is the
     # semantics, not an accident worth a warning.
     if arr.dtype.kind == "f" and arr.dtype.itemsize > dtype.itemsize:

@@ -53,9 +53,9 @@ SMALL_BATCH = 8
 # of SilvanForge's uses at most one thread per this many rows (threads that spin
 # between calls, OpenMP's default, wake at once).
 MIN_ROWS_PER_THREAD = 128
-# Threads that sleep between calls (OMP_WAIT_POLICY=passive) cost 100-250 µs a call to
-# wake, so each must get this many walks (rows x trees) too (docs/ARCHITECTURE.md
-# "Default choices": threads).
+# Threads that sleep between calls (OMP_WAIT_POLICY=passive) are slow to wake, so each
+# must get this many walks (rows x trees) too (docs/ARCHITECTURE.md "Default choices":
+# threads).
 MIN_WALKS_PER_SLEEPING_THREAD = 120_000
 
 

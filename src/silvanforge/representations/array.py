@@ -223,8 +223,9 @@ class ArrayRepresentation(LevelOrderRepresentation, ConsecutiveTrees):
                           feature_value: FeatureLoader) -> ir.Expr:
         """f64 vector: component ``k`` of the leaves at ``position`` (from
         :meth:`vector_walk`) of tree ``tree``. Constant leaves of one component are a
-        window of the bottom level (permuted, not gathered: higgs 0.97x, year 0.95x the
-        time); the others read as :meth:`leaf_value` does, gathering."""
+        window of the bottom level (permuted, not gathered: faster, docs/ARCHITECTURE.md
+        "Vector walks across rows"); the others read as :meth:`leaf_value` does,
+        gathering."""
         levels = int(self.walk_depth(tree).value)
         last = ir.BinOp("add", self.root(tree), ir.i64(2 ** levels - 1))
         if self.forest.leaf_width != 1 or self.forest.linear is not None:

@@ -1,21 +1,20 @@
 """The code representation: each tree as nested branches over the sparse layout.
 
 A table walk is a chain of dependent loads (node → feature index → row value → compare →
-next node), about 4-5 ns a step. Emitted as code, a tree's structure and feature indices
+next node). Emitted as code, a tree's structure and feature indices
 are constants: the address of every row value is known before the walk starts, so the
 CPU runs ahead along predicted branches with no load chain. This is what makes lleaves
 fast on skewed LightGBM trees (mean paths of 3-5 nodes, depths near 10).
 
-What a node costs (x86-64, 1 thread, interleaved medians; measured on airline-cat- and
-nyc-taxi-like LightGBM models and counted with callgrind):
+What a node costs (measured on LightGBM shapes and counted with callgrind; the figures are
+in docs/ARCHITECTURE.md, "The code representation"):
 
 - A row value is loaded by the node that tests it (a walk reads a few of a tree's
   features; LLVM merges repeated loads on a path). Loading every feature a tree tests
   up front measured no faster.
 - The threshold is read from the sparse layout's threshold table at a constant offset:
   x86 float compares take no immediate, and a constant-pool entry under the JIT's large
-  code model costs one more instruction per node than a table slot off a register
-  (2-7% faster than constants).
+  code model costs one more instruction per node than a table slot off a register.
 - A NaN compared as 0 (missing rule "none") goes where 0 goes, known at compile time
   from the threshold: the node's test is the NaN rule with that direction, one compare.
 - The split test is :func:`decision.go_left` itself, specialised per node: a node's
@@ -24,12 +23,10 @@ nyc-taxi-like LightGBM models and counted with callgrind):
   rounding are those of the table layouts by construction.
 - Category sets are mask immediates when they fit (see :mod:`.decision`), tested against
   an operand computed once per row value: a test is an ``and`` and a branch, where
-  recomputing the category at each node took ~12 instructions (airline-cat-like: 3512
-  -> 3087 instructions a row). The lowering declares a row's operands once for its
+  recomputing the category at each node took a dozen instructions. The lowering declares a row's operands once for its
   walks in a block (:meth:`row_preamble`; every function the outliner cuts the trees
   into receives them as arguments): computed at each tree's entry, they were computed
-  again by each of those functions (13 a row on airline-cat-like, ~60 instructions
-  each; 5-7% of the time a row, interleaved medians at 64 and 1024 rows). Larger sets
+  again by each of those functions. Larger sets
   stay in the ``cat_bitset`` buffer.
 - A walk ends in its leaf's value, the float64 bits of an immediate, so the sum needs no
   load; linear and vector leaves end in the sparse layout's leaf handle.

@@ -9,10 +9,9 @@ outcomes into bits (1 = left; node ``j`` in bit ``j``, the order of a vector com
 mask, so the stored LUT's columns are the bit-reversed ones of seed 000's, node 0 most
 significant) and reads the exit from the lookup table ``lut[shape, bits]``. The node fields of a tile are ``n`` consecutive slots,
 the ``n`` loads and compares are independent, and they stay scalar: on this project's
-machine (Xeon, AVX-512) the vector form measured slower (docs/ARCHITECTURE.md "Tiling":
-an ``<n x i1>`` mask bitcast to the LUT index 1.25-1.3x slower than compares OR'ed into
-the index on higgs; LLVM's SLP vectoriser, enabled, turns the untiled interleaved walks
-into gathers, 4x slower).
+machine (Xeon, AVX-512) the vector form measured slower, an ``<n x i1>`` mask bitcast to
+the LUT index as much as LLVM's SLP vectoriser turning untiled walks into gathers
+(docs/ARCHITECTURE.md "Tiling").
 
 The LUT holds only the shapes this forest uses (remapped to rows ``0..k-1``), so a tile
 size of 8 (1430 shapes, 366 KB of table) costs a few KB for a typical model.

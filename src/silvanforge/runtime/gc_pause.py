@@ -4,9 +4,8 @@ Compiling builds hundreds of thousands of small, long-lived IR objects (a 1000-t
 forest as code: ~30,000 nodes of LIR, each a dozen expression objects, then the LLVM
 text of each). Every 700 allocations the collector runs, and its older generations walk
 every one of those live objects again: a third of the Python time of a compile, for
-garbage that reference counting frees anyway (IR trees hold no cycles). Measured on
-mtpl2-like (1000 LightGBM trees as code): lowering 2.2 -> 1.0 s, rendering 4.2 -> 2.3
-s, the whole compile 12.3 -> 9.0 s; nyc-taxi-like 1.45 -> 1.2 s.
+garbage that reference counting frees anyway (IR trees hold no cycles; the compile times
+saved are in docs/ARCHITECTURE.md, "Compiling big kernels").
 
 While a compile runs, the collector is paused for the whole process (it has one
 switch): other threads' cycles wait until the last compile in progress ends, when

@@ -50,7 +50,7 @@ from .base import ForestShape, build_representation, model_arrays, transformed
 # Older archives load with their code rebuilt.
 FORMAT_VERSION = 4
 DUMP_LEVELS = ("plan", "hir", "mir", "lir", "llvm")
-# A one-row call is ~2 µs, half of it Python: a global is read faster than a module's.
+# A one-row call is half Python: a global is read faster than a module's.
 _SCORE = kernel_finish.SCORE
 
 # A call of fewer walks (rows x trees) than this keeps the GIL (backends/cpu/entry.py):

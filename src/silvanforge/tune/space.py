@@ -23,9 +23,8 @@ The loop orders (T trees, B rows per block, k trees per tile, c = threads chunks
   parallel(b0)``: each row through every tree, the tree loop unrolled (constant tree
   indices), for representations that emit each tree's own code (``constant_trees``):
   they run any order, a variable tree index jumping to its tree's code, but constant
-  indices are their fastest (``code``, 100 LightGBM trees, 1024 rows: ``xgboost`` and
-  ``default`` 2.0-2.4x the time of ``code_rows``), so the space keeps its size; table
-  layouts take the other orders;
+  indices are their fastest (docs/ARCHITECTURE.md, "The code representation"), so the
+  space keeps its size; table layouts take the other orders;
 - ``row_vectors``: ``tile(batch, b0, b1, B); reorder(b0, tree, b1); [cache(b0);]
   vectorize(b1); parallel(b0)``: 16 rows a vector walk (the ``vector`` schedule), the
   ``array`` layout only (at float32: other points are refused and skipped).

@@ -1,8 +1,9 @@
 """A Python builtin that calls a compiled kernel: small calls without ctypes' costs.
 
-A ctypes call converts each argument through Python objects, about 0.2 µs an argument
-here: 2.3 µs for a kernel's 11, twice the kernel's own walk of one row through 100 trees
-(higgs), and more again to take the arrays' addresses in Python. The entry built here is
+A ctypes call converts each argument through Python objects, which for a kernel's dozen
+arguments costs more than the kernel's own walk of one row through 100 trees, and more
+again to take the arrays' addresses in Python (docs/ARCHITECTURE.md "Calling a kernel
+from Python" has the figures). The entry built here is
 a ``METH_FASTCALL`` builtin function whose machine code does that work itself, as
 numba's wrappers do: it reads each array's data pointer from the ndarray object (numpy's
 ABI: the field after the object header, which every compiled numpy extension reads),
@@ -10,13 +11,13 @@ converts integers with ``PyLong_AsLongLong``, passes the arguments bound at buil
 (the model buffers) as constants, and releases the GIL around the kernel as ctypes does.
 
 An entry built with a :class:`RowsLayout` also checks its first argument, the rows, as
-the predictor's Python did (0.2-0.4 µs of a one-row call): a C-contiguous, aligned 2-D
+the predictor's Python did, faster: a C-contiguous, aligned 2-D
 array of the model's input dtype, as many rows as the second argument says and one
 column a feature. Rows that fit run and the entry returns True; any other array runs
 nothing and returns False, and the caller converts it (or names what is wrong with it).
 Calls of fewer rows than the layout's ``hold_gil_below`` keep the GIL, as numpy keeps it
-for short loops: releasing and taking it back costs about 0.1 µs here, a tenth of a
-one-row call through 100 trees, and lets no other thread do much in between.
+for short loops: releasing and taking it back costs a tenth of a one-row call through
+100 trees, and lets no other thread do much in between.
 
 Python builds whose object layout differs (free-threaded or debug CPython, PyPy) are
 detected by probing an array; there :func:`kernel_entry` falls back to the ctypes
@@ -244,7 +245,7 @@ def _builtin(module: lir.Module, keep: Any) -> Callable:
 
 def _address(array: np.ndarray) -> int:
     """The address of an array's data: through the buffer protocol when the array is
-    writable (0.6 µs), else ``ndarray.ctypes`` (2 µs)."""
+    writable (the faster way), else ``ndarray.ctypes``."""
     try:
         return ctypes.addressof(ctypes.c_char.from_buffer(array))
     except (TypeError, ValueError):

@@ -27,8 +27,8 @@ _ARG_CTYPES = {ir.BOOL: ctypes.c_bool, ir.I8: ctypes.c_int8, ir.I32: ctypes.c_in
 # A symbol only code with parallel loops references: reloading it needs the runtime.
 _OMP_SYMBOL = b"GOMP_parallel"
 # Instructions a module compiled in a worker process holds at least: below, the transfer
-# and the parallel work do not pay for themselves (nyc-taxi-like as code, 100 trees,
-# ~30,000 instructions: LLVM 1.2 s on one core).
+# and the parallel work do not pay for themselves (docs/ARCHITECTURE.md "Compiling big
+# kernels").
 MIN_PARALLEL_INSTRUCTIONS = 10_000
 
 Params = Sequence[Union[ir.Buffer, ir.Var]]
@@ -178,7 +178,7 @@ class CompiledKernel:
     def entry(self, bound: Sequence[int] = (), rows: RowsLayout | None = None) -> Callable:
         """The kernel as a Python callable taking arrays and ints for its parameters
         before the trailing ones, which are ``bound`` to these addresses (model buffers);
-        about 0.15 µs a call, where ctypes takes 0.2 an argument (:mod:`.entry`). It
+        cheaper than ctypes, which converts each argument (:mod:`.entry`). It
         returns True, or False without running when ``rows`` is given and the first
         argument does not fit it.
 

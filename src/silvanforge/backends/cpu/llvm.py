@@ -55,9 +55,9 @@ _OMP_FUNCS = {
 
 _BYTES = {ir.BOOL: 1, ir.I8: 1, ir.I32: 4, ir.I64: 8, ir.F32: 4, ir.F64: 8}
 # Lookups into windows of up to this many 32-bit elements permute (16 loads of 16, 8
-# two-table permutes, 7 selects); wider ones gather. Measured on higgs' depth-8 trees,
-# 16-row vector walks: permuting levels 6-7 (64 and 128 nodes) instead of gathering them
-# ran 1.24x faster, and the 256 leaves 1.03x (year 1.05x; shuffled A/B).
+# two-table permutes, 7 selects); wider ones gather: permuting the deep levels and the
+# leaves of depth-8 trees beat gathering them (docs/ARCHITECTURE.md "Measurements behind
+# smaller rules").
 PERMUTE_SPAN = 256
 
 

@@ -2,10 +2,9 @@
 renderer uses (types, constants, functions, basic blocks, an instruction builder).
 
 Why not ``llvmlite.ir`` itself: it builds an object per instruction and operand and prints
-them one by one, ~50 µs an instruction. A 1000-tree forest emitted as code is ~450,000
-instructions: 12 s of Python (render 8.2 s, print 4.2 s, mtpl2-like, this VM) before LLVM
-sees a line. Here an instruction is one formatted string appended to its block, and a
-value is its type and its name: ~5x less. LLVM parses and verifies the text, so a mistake
+them one by one, and a 1000-tree forest emitted as code is ~450,000 instructions. Here an
+instruction is one formatted string appended to its block, and a value is its type and
+its name: a fraction of the time (docs/ARCHITECTURE.md "Compiling big kernels"). LLVM parses and verifies the text, so a mistake
 here is an error at compile time, never wrong code.
 
 Pointers are typed (``double*``), as llvmlite prints them: every LLVM that llvmlite >= 0.44

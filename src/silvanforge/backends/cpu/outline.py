@@ -21,9 +21,8 @@ from ...lir import ir
 from .freevars import EXPR_CHILDREN, STMT_EXPRS, FreeValues, blocks
 
 # Size (statements plus expression nodes) of one outlined function: LightGBM-like trees
-# take ~7 units a node. Compiling nyc-taxi-like (100 trees of 61 nodes; best of 3 on a
-# busy VM): 1.9-2.8 s with budgets of 1000-5000, 4.8 s at 10000 (a row loop over 25
-# trees fits one function: loop passes on its body are slow), 4.9 s unsplit. A call per
+# take ~7 units a node. Larger budgets let a row loop over many trees fit one function,
+# whose loop passes are slow (docs/ARCHITECTURE.md "Compiling big kernels"); a call per
 # piece costs nothing next to the work of ~10 trees.
 BUDGET = 5000
 # Statements whose meaning this module knows; a piece holding another (a backend's own)
