@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 
@@ -94,8 +96,8 @@ def test_errors_are_messages_not_tracebacks(model, tmp_path, capsys):
 
 
 def test_every_command_has_help(capsys):
-    for argv in (["--help"], ["inspect", "--help"], ["compile", "--help"],
-                 ["predict", "--help"]):
+    for argv in (["--help"], *([command, "--help"] for command in
+                              ("inspect", "compile", "predict", "tune", "bench"))):
         with pytest.raises(SystemExit) as exit_:
             cli.main(argv)
         assert exit_.value.code == 0
@@ -109,3 +111,27 @@ def test_compile_for_a_named_cpu(model, tmp_path, capsys):
     assert "cpu=x86-64-v2" in capsys.readouterr().out
     assert cli.main(["inspect", str(saved), "--dump", "plan"]) == 0
     assert "built for CPU x86-64-v2" in capsys.readouterr().out
+
+
+def test_bench_without_the_training_library_benchmarks_silvanforge_alone(
+        model, monkeypatch, capsys):
+    # A None entry in sys.modules makes ``import xgboost`` raise ImportError, as on the
+    # base install (the fixture has already trained the model with the real one).
+    monkeypatch.setitem(sys.modules, "xgboost", None)
+    assert cli.main(["bench", str(model[0]), "--engines", "silvanforge", "xgboost",
+                     "--batch", "8", "--rounds", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "| 8 | 1 |" in out  # SilvanForge's timing row
+    assert "pip install 'silvanforge[xgboost]'" in out
+
+
+def test_an_onnx_model_without_onnx_says_which_extra(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "onnx", None)
+    path = tmp_path / "model.onnx"
+    path.write_bytes(b"\x08\x07")  # an ONNX ModelProto's first field: enough to detect
+    for command in ("inspect", "compile", "bench"):
+        argv = [command, str(path)] + (["-o", str(tmp_path / "m.sfp")]
+                                        if command == "compile" else [])
+        assert cli.main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "pip install 'silvanforge[onnx]'" in err
