@@ -135,3 +135,121 @@ def test_an_onnx_model_without_onnx_says_which_extra(tmp_path, monkeypatch, caps
         assert cli.main(argv) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "pip install 'silvanforge[onnx]'" in err
+
+
+@pytest.fixture(params=["csv-module", "pyarrow"])
+def csv_reader(request, monkeypatch):
+    """Each CSV test runs with both readers: pyarrow's, and the csv module's fallback."""
+    if request.param == "pyarrow":
+        pytest.importorskip("pyarrow.csv", reason="pyarrow is part of the dev extra")
+    else:
+        monkeypatch.setitem(sys.modules, "pyarrow", None)
+        monkeypatch.setitem(sys.modules, "pyarrow.csv", None)
+    return request.param
+
+
+@pytest.fixture(scope="module")
+def named_model(tmp_path_factory):
+    """A model with feature names, trained on rows with missing values."""
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(300, 3))
+    X[rng.random(X.shape) < 0.2] = np.nan
+    y = (np.nan_to_num(X[:, 0]) + np.nan_to_num(X[:, 2]) > 0).astype(int)
+    booster = xgb.train({"objective": "binary:logistic", "max_depth": 3},
+                        xgb.DMatrix(X, label=y, feature_names=["a", "b", "c"]),
+                        num_boost_round=5)
+    path = tmp_path_factory.mktemp("named") / "model.json"
+    booster.save_model(path)
+    return path, X
+
+
+def _cell(value: float, missing: str = "") -> str:
+    return missing if np.isnan(value) else repr(float(value))
+
+
+def _predict_csv(path, text, tmp_path, *extra):
+    data, out = tmp_path / "rows.csv", tmp_path / "out.csv"
+    data.write_text(text)
+    code = cli.main(["predict", str(path), str(data), "--reference", "-o", str(out),
+                     *extra])
+    return code, (np.loadtxt(out, ndmin=1) if code == 0 else None)
+
+
+def test_csv_header_detected_empty_cells_missing_columns_by_name(
+        named_model, csv_reader, tmp_path):
+    path, X = named_model
+    rows = X[:4]
+    # Columns in another order than the model's, a label among them, pandas' empty cells.
+    lines = ["label,c,a,b"] + [",".join(["1"] + [_cell(v) for v in (r[2], r[0], r[1])])
+                               for r in rows]
+    assert np.isnan(rows).any()  # the test covers missing values
+    code, got = _predict_csv(path, "\n".join(lines) + "\n", tmp_path)
+    assert code == 0
+    np.testing.assert_allclose(got, reference.predict(load(path), rows), rtol=1e-8)
+
+
+def test_csv_without_header_by_position_and_a_label_column(named_model, csv_reader,
+                                                           tmp_path, capsys):
+    path, X = named_model
+    text = "\n".join(",".join([_cell(v, "NA") for v in r] + ["0"]) for r in X[:5]) + "\n"
+    assert _predict_csv(path, text, tmp_path)[0] == 2
+    assert ("the model expects 3 features but the file has 4 columns: use --columns 3"
+            in capsys.readouterr().err)
+    code, got = _predict_csv(path, text, tmp_path, "--columns", "3")
+    assert code == 0
+    np.testing.assert_allclose(got, reference.predict(load(path), X[:5]), rtol=1e-8)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("", "the file is empty"),
+    ("a,b,c\n", "no rows after the header line"),
+    ("1,2,3\n4,5\n", "line 2: 2 cells where line 1 has 3"),
+    ("1,2,3\n\n4,x,6\n", "line 3, column 2: 'x' is not a number"),
+    ("a,b,zz\n1,2,3\n", "the header names 2 of the model's 3 features but not 'c'"),
+])
+def test_csv_errors_say_what_to_do(named_model, csv_reader, tmp_path, capsys, text,
+                                   message):
+    assert _predict_csv(named_model[0], text, tmp_path)[0] == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+
+
+def test_forced_header_of_numbers(model, csv_reader, tmp_path):
+    path, X = model
+    text = "1,2,3\n" + "\n".join(",".join(_cell(v) for v in r) for r in X[:3])
+    code, got = _predict_csv(path, text + "\n", tmp_path, "--header")
+    assert code == 0
+    np.testing.assert_allclose(got, reference.predict(load(path), X[:3]), rtol=1e-8)
+
+
+def test_tune_and_bench_read_csv_by_name(named_model, tmp_path, capsys):
+    path, X = named_model
+    data = tmp_path / "rows.csv"
+    data.write_text("b,a,c,label\n" + "\n".join(
+        ",".join(_cell(v) for v in (r[1], r[0], r[2])) + ",1"
+        for r in X[:50]) + "\n")
+    assert cli.main(["tune", str(path), str(data), "--budget", "1", "--no-cache",
+                     "--quiet", "--n-jobs", "1"]) == 0
+    assert '"batch_size": 50' in capsys.readouterr().out
+    assert cli.main(["bench", str(path), str(data), "--engines", "silvanforge",
+                     "--batch", "8", "--rounds", "1"]) == 0
+    assert "| 8 | 1 |" in capsys.readouterr().out
+
+
+def test_predict_writes_parquet(model, tmp_path):
+    pq = pytest.importorskip("pyarrow.parquet", reason="pyarrow is part of the dev extra")
+    path, X = model
+    data, out = tmp_path / "rows.npy", tmp_path / "out.parquet"
+    np.save(data, X[:7])
+    assert cli.main(["predict", str(path), str(data), "-o", str(out)]) == 0
+    np.testing.assert_allclose(pq.read_table(out).column("prediction").to_numpy(),
+                               reference.predict(load(path), X[:7]), rtol=1e-8)
+
+
+def test_parquet_without_pyarrow_says_which_extra(model, tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "pyarrow", None)
+    data = tmp_path / "rows.npy"
+    np.save(data, model[1][:2])
+    assert cli.main(["predict", str(model[0]), str(data), "--reference",
+                     "-o", str(tmp_path / "out.parquet")]) == 2
+    assert "pip install 'silvanforge[parquet]'" in capsys.readouterr().err

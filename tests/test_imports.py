@@ -33,6 +33,7 @@ LAYERS = [
     ("runtime",),
     ("bench",),
     ("tune",),
+    ("tabular",),  # the CLI's files: rows in, predictions out
     ("cli",),
     ("__init__",),
 ]
