@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 
 import numpy as np
 import pytest
 
+import silvanforge
 from silvanforge import cli, load, reference
+from silvanforge.backends.cpu import build, jit
 
 xgb = pytest.importorskip("xgboost", reason="xgboost is part of the dev extra")
 
@@ -253,3 +256,40 @@ def test_parquet_without_pyarrow_says_which_extra(model, tmp_path, monkeypatch, 
     assert cli.main(["predict", str(model[0]), str(data), "--reference",
                      "-o", str(tmp_path / "out.parquet")]) == 2
     assert "pip install 'silvanforge[parquet]'" in capsys.readouterr().err
+
+
+def test_verbose_logs_the_compile_phases(model, tmp_path, capsys):
+    saved = str(tmp_path / "m.sfp")
+    assert cli.main(["compile", str(model[0]), "-o", saved]) == 0
+    assert capsys.readouterr().err == ""  # silent by default
+    assert cli.main(["-v", "compile", str(model[0]), "-o", saved]) == 0
+    err = capsys.readouterr().err
+    for phase in ("load: 5 trees", "plan:", "lower to MIR and LIR", "LLVM build:",
+                  "compiled in"):
+        assert f"silvanforge: {phase}" in err
+    assert "LLVM instructions" not in err  # sizes are DEBUG: -vv
+    assert cli.main(["compile", str(model[0]), "-o", saved, "-vv"]) == 0
+    err = capsys.readouterr().err
+    assert "MIR" in err and "LLVM instructions" in err and "bytes of object code" in err
+    assert cli.main(["compile", str(model[0]), "-o", saved]) == 0
+    assert capsys.readouterr().err == ""  # -v's handler is gone after its command
+
+
+def test_the_library_logger_is_silent_until_configured(model, caplog):
+    assert any(isinstance(h, logging.NullHandler)
+               for h in logging.getLogger("silvanforge").handlers)
+    with caplog.at_level(logging.INFO, logger="silvanforge"):
+        silvanforge.compile(str(model[0]), n_jobs=1)
+    assert any(r.name == "silvanforge.runtime.compile" and "compiled in" in r.message
+               for r in caplog.records)
+
+
+@pytest.mark.parametrize("tty", [True, False])
+@pytest.mark.skipif(build.cores() < 2, reason="one core: kernels build serially, "
+                    "as one module each, with no bar")
+def test_progress_bar_on_long_builds_on_a_terminal_only(model, monkeypatch, capsys, tty):
+    # Every build counts as long here; the bar shows only where stderr is a terminal.
+    monkeypatch.setattr(jit, "PROGRESS_AFTER_S", -1.0)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: tty)
+    silvanforge.compile(str(model[0]), n_jobs=1)
+    assert ("LLVM build of" in capsys.readouterr().err) == tty

@@ -5,7 +5,13 @@
 >>> silvanforge.reference.predict(forest, X)                    # doctest: +SKIP
 """
 
-from . import reference
+import logging
+
+# The package's log (compile phases and times at INFO, IR sizes at DEBUG) is silent until
+# the application configures logging; `silvanforge -v` does (cli.py).
+logging.getLogger(__name__).addHandler(logging.NullHandler())
+
+from . import reference  # noqa: E402 (after the handler: importing may log)
 from .errors import (InputError, MissingDependencyError, ModelFormatError,
                      SilvanForgeError, UnsupportedModelError)
 from .frontends import load

@@ -9,10 +9,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import logging
 import os
 import sys
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -160,10 +162,32 @@ def _compile_options(p: argparse.ArgumentParser) -> None:
                    "probability-based tiling")
 
 
+@contextlib.contextmanager
+def _logging(verbose: int) -> Iterator[None]:
+    """The ``silvanforge`` log on standard error while a command runs: INFO (compile
+    phases and times) for -v, DEBUG (IR sizes too) for -vv; nothing without -v."""
+    if not verbose:
+        yield
+        return
+    logger = logging.getLogger("silvanforge")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("silvanforge: %(message)s"))
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO if verbose == 1 else logging.DEBUG)
+    try:
+        yield
+    finally:  # main() may run again in this process (the tests): leave no handler
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="silvanforge", description="Decision-forest inference compiler.")
     parser.add_argument("--version", action="version", version=f"silvanforge {__version__}")
+    verbose_help = "log compile phases and times on standard error (-vv: IR sizes too)"
+    parser.add_argument("-v", "--verbose", action="count", default=0, help=verbose_help)
     commands = parser.add_subparsers(dest="command", required=True)
 
     p = commands.add_parser(
@@ -255,9 +279,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("-o", "--out", help="also write the configuration's JSON to this file")
     p.set_defaults(run=_tune)
 
+    for command in commands.choices.values():
+        # Also after the command (silvanforge compile -v ...); SUPPRESS keeps a -v given
+        # before it.
+        command.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS,
+                             help=verbose_help)
     args = parser.parse_args(argv)
     try:
-        args.run(args)
+        with _logging(args.verbose):
+            args.run(args)
     except SilvanForgeError as exc:
         print(f"silvanforge: error: {exc}", file=sys.stderr)
         return 2
