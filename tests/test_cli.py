@@ -100,7 +100,8 @@ def test_errors_are_messages_not_tracebacks(model, tmp_path, capsys):
 
 def test_every_command_has_help(capsys):
     for argv in (["--help"], *([command, "--help"] for command in
-                              ("inspect", "compile", "predict", "tune", "bench"))):
+                              ("demo", "inspect", "compile", "predict", "tune",
+                               "bench"))):
         with pytest.raises(SystemExit) as exit_:
             cli.main(argv)
         assert exit_.value.code == 0

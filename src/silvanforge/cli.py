@@ -110,6 +110,14 @@ def _predict(args: argparse.Namespace) -> None:
     write_predictions(args.out, result)
 
 
+def _demo(args: argparse.Namespace) -> None:
+    from . import demo  # its examples are read only here
+
+    if not demo.main():
+        raise SilvanForgeError("the compiled predictions differ from the reference: "
+                               "please report it with the table above")
+
+
 def _bench(args: argparse.Namespace) -> None:
     from . import bench  # before the engines load: it sets their OpenMP threads to sleep
 
@@ -189,6 +197,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     verbose_help = "log compile phases and times on standard error (-vv: IR sizes too)"
     parser.add_argument("-v", "--verbose", action="count", default=0, help=verbose_help)
     commands = parser.add_subparsers(dest="command", required=True)
+
+    p = commands.add_parser(
+        "demo", help="compile, check and time the example models that come with "
+                     "SilvanForge",
+        description="Compile the shipped examples (an XGBoost classifier and a LightGBM "
+                    "regressor), check their predictions against the reference evaluator "
+                    "and, when installed, the training library, time predict against "
+                    "that library on one thread, and print a table and the commands to "
+                    "try next.")
+    p.set_defaults(run=_demo)
 
     p = commands.add_parser(
         "inspect", help="describe a model, or dump a compiler level",
