@@ -27,7 +27,7 @@ from .representations import REGISTRY
 from .plan import cache
 from .runtime import Predictor, compile, load_predictor
 from .runtime.predictor import DUMP_LEVELS
-from .tabular import Table, read_table, write_predictions
+from .tabular import Table, prediction_writer, read_table
 from .tune import tune
 
 _MODEL_HELP = ("model file: XGBoost JSON/UBJSON, LightGBM text, ONNX, or a predictor "
@@ -99,7 +99,8 @@ def _compile(args: argparse.Namespace) -> None:
 
 
 def _predict(args: argparse.Namespace) -> None:
-    table = _read(args.data, args)  # a bad file is reported before a long compile
+    # A bad file or a missing pyarrow is reported before a long compile.
+    table, write = _read(args.data, args), prediction_writer(args.out)
     predictor = None if args.reference else _predictor(args)
     forest = load(args.model) if predictor is None else predictor.forest
     rows = _features(table, forest, args)
@@ -107,7 +108,7 @@ def _predict(args: argparse.Namespace) -> None:
         result = reference.predict(forest, rows, output=args.output)
     else:
         result = predictor.predict(rows, output=args.output)
-    write_predictions(args.out, result)
+    write(result)
 
 
 def _demo(args: argparse.Namespace) -> None:

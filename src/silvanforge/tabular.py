@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import csv
 import logging
+import math
 import os
 import sys
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -122,10 +123,8 @@ def read_table(path: str, header: bool | None = None) -> Table:
 
 
 def _is_number(cell: str) -> bool:
-    if cell.strip().lower() in _MISSING:
-        return True
     try:
-        float(cell)
+        _to_float(cell)
     except ValueError:
         return False
     return True
@@ -150,16 +149,24 @@ def _read_csv(path: str, skip: int, width: int) -> np.ndarray:
                 n += 1
         except csv.Error as exc:
             raise InputError(f"{path}, line {reader.line_num}: {exc}") from None
-    text = np.array(["nan" if c.strip().lower() in _MISSING else c for c in cells],
-                    dtype=str)
     try:
-        return text.astype(np.float64).reshape(n, width)
+        # float() cell by cell: 3x faster than numpy's conversion of a string array.
+        return np.fromiter(map(_to_float, cells), np.float64, len(cells)).reshape(n, width)
     except ValueError:
-        bad = next(i for i, cell in enumerate(text) if not _is_number(cell))
+        bad = next(i for i, cell in enumerate(cells) if not _is_number(cell))
         line = _line_of(path, skip + bad // width)
         raise InputError(f"{path}, line {line}, column {bad % width + 1}: "
-                         f"{str(text[bad])!r} is not a number (empty cells, nan and NA are "
+                         f"{cells[bad]!r} is not a number (empty cells, nan and NA are "
                          "missing values)") from None
+
+
+def _to_float(cell: str) -> float:
+    try:
+        return float(cell)
+    except ValueError:
+        if cell.strip().lower() in _MISSING:
+            return math.nan
+        raise
 
 
 def _line_of(path: str, row: int) -> int:
@@ -174,7 +181,7 @@ def _line_of(path: str, row: int) -> int:
     return row + 1
 
 
-def _read_arrow(pa_csv, path: str, skip: int, width: int) -> np.ndarray:
+def _read_arrow(pa_csv: Any, path: str, skip: int, width: int) -> np.ndarray:
     """pyarrow's reading; its errors carry no line numbers, so on one the csv module
     reads the file again to say where."""
     import pyarrow as pa
@@ -196,21 +203,27 @@ def _read_arrow(pa_csv, path: str, skip: int, width: int) -> np.ndarray:
                             for n in names]).astype(np.float64)
 
 
-def write_predictions(path: str | None, result: np.ndarray) -> None:
-    """Predictions, one row each: CSV without a header (to standard output when ``path``
-    is None), or Parquet when ``path`` ends in .parquet (a column ``prediction``, or
-    ``prediction_0``, ... for several outputs)."""
-    result = result.reshape(len(result), -1)
+def prediction_writer(path: str | None) -> Callable[[np.ndarray], None]:
+    """What writes predictions, one row each: CSV without a header (to standard output
+    when ``path`` is None), or Parquet when ``path`` ends in .parquet (a column
+    ``prediction``, or ``prediction_0``, ... for several outputs). Asked for before
+    predicting, so that a missing pyarrow is reported before a long compile."""
     if path is not None and os.path.splitext(path)[1].lower() == ".parquet":
         pa = require("pyarrow", "parquet")
         pq = require("pyarrow.parquet", "parquet")
-        names = (["prediction"] if result.shape[1] == 1 else
-                 [f"prediction_{j}" for j in range(result.shape[1])])
-        pq.write_table(pa.table({n: result[:, j] for j, n in enumerate(names)}), path)
-        return
-    out = open(path, "w") if path else sys.stdout
-    try:
-        np.savetxt(out, result, delimiter=",", fmt="%.9g")
-    finally:
-        if path:
-            out.close()
+
+        def parquet(result: np.ndarray) -> None:
+            result = result.reshape(len(result), -1)
+            names = (["prediction"] if result.shape[1] == 1 else
+                     [f"prediction_{j}" for j in range(result.shape[1])])
+            pq.write_table(pa.table({n: result[:, j] for j, n in enumerate(names)}), path)
+        return parquet
+
+    def text(result: np.ndarray) -> None:
+        out = open(path, "w") if path else sys.stdout
+        try:
+            np.savetxt(out, result.reshape(len(result), -1), delimiter=",", fmt="%.9g")
+        finally:
+            if path:
+                out.close()
+    return text
