@@ -180,16 +180,18 @@ def _predict_csv(path, text, tmp_path, *extra):
 
 
 def test_csv_header_detected_empty_cells_missing_columns_by_name(
-        named_model, csv_reader, tmp_path):
+        named_model, csv_reader, tmp_path, capsys):
     path, X = named_model
     rows = X[:4]
     # Columns in another order than the model's, a label among them, pandas' empty cells.
     lines = ["label,c,a,b"] + [",".join(["1"] + [_cell(v) for v in (r[2], r[0], r[1])])
                                for r in rows]
     assert np.isnan(rows).any()  # the test covers missing values
-    code, got = _predict_csv(path, "\n".join(lines) + "\n", tmp_path)
+    code, got = _predict_csv(path, "\n".join(lines) + "\n", tmp_path, "-v")
     assert code == 0
     np.testing.assert_allclose(got, reference.predict(load(path), rows), rtol=1e-8)
+    err = capsys.readouterr().err  # -v explains how the file was read
+    assert "the first line is a header" in err and "by the model's feature names" in err
 
 
 def test_csv_without_header_by_position_and_a_label_column(named_model, csv_reader,

@@ -1,8 +1,9 @@
 """The ``silvanforge`` command line.
 
+    silvanforge demo
     silvanforge inspect model.json --dump mir --schedule xgboost
-    silvanforge compile model.json -o model.sfp
-    silvanforge predict model.sfp rows.csv -o scores.csv
+    silvanforge -v compile model.json -o model.sfp
+    silvanforge predict model.sfp rows.csv -o scores.parquet
     silvanforge tune model.json rows.csv --batch 1024 --n-jobs 2
 """
 
