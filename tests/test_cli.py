@@ -296,3 +296,11 @@ def test_progress_bar_on_long_builds_on_a_terminal_only(model, monkeypatch, caps
     monkeypatch.setattr(sys.stderr, "isatty", lambda: tty)
     silvanforge.compile(str(model[0]), n_jobs=1)
     assert ("LLVM build of" in capsys.readouterr().err) == tty
+
+
+def test_csv_cells_and_names_may_have_spaces(named_model, csv_reader, tmp_path):
+    path, _ = named_model
+    code, got = _predict_csv(path, "c, a, b\n 0.5 , -1.25, NA\n", tmp_path)
+    assert code == 0
+    rows = np.array([[-1.25, np.nan, 0.5]])
+    np.testing.assert_allclose(got, reference.predict(load(path), rows), rtol=1e-8)

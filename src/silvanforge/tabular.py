@@ -182,8 +182,9 @@ def _line_of(path: str, row: int) -> int:
 
 
 def _read_arrow(pa_csv: Any, path: str, skip: int, width: int) -> np.ndarray:
-    """pyarrow's reading; its errors carry no line numbers, so on one the csv module
-    reads the file again to say where."""
+    """pyarrow's reading. Its errors carry no line numbers, and it refuses some files
+    the csv module reads (spaces around numbers): on an error the csv module reads the
+    file, or says which line is wrong."""
     import pyarrow as pa
 
     names = [f"c{j}" for j in range(width)]
@@ -194,9 +195,8 @@ def _read_arrow(pa_csv: Any, path: str, skip: int, width: int) -> np.ndarray:
                 column_types={n: pa.float64() for n in names},
                 null_values=sorted(_MISSING | {m.upper() for m in _MISSING}),
                 strings_can_be_null=True))
-    except pa.ArrowInvalid as exc:
-        _read_csv(path, skip, width)  # raises with the line when it finds the fault
-        raise InputError(f"{path}: cannot read rows: {exc}") from None
+    except pa.ArrowInvalid:
+        return _read_csv(path, skip, width)
     if table.num_rows == 0:
         return np.empty((0, width))
     return np.column_stack([table.column(n).to_numpy(zero_copy_only=False)
