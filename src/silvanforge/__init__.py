@@ -7,11 +7,7 @@
 
 import logging
 
-# The package's log (compile phases and times at INFO, IR sizes at DEBUG) is silent until
-# the application configures logging; `silvanforge -v` does (cli.py).
-logging.getLogger(__name__).addHandler(logging.NullHandler())
-
-from . import reference  # noqa: E402 (after the handler: importing may log)
+from . import reference
 from .errors import (InputError, MissingDependencyError, ModelFormatError,
                      SilvanForgeError, UnsupportedModelError)
 from .frontends import load
@@ -20,6 +16,10 @@ from .plan import Profile, profile
 from .runtime import Predictor, compile, load_predictor
 from .tune import Configuration, tune
 from .version import __version__
+
+# The package's log (compile phases and times at INFO, IR sizes at DEBUG) is silent until
+# the application configures logging; `silvanforge -v` does (cli.py).
+logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 __all__ = ["load", "compile", "tune", "Configuration", "load_predictor", "Predictor",
            "profile", "Profile", "Forest", "reference", "SilvanForgeError", "ModelFormatError",
