@@ -33,6 +33,7 @@ LAYERS = [
     ("runtime",),
     ("bench",),
     ("tune",),
+    ("tabular", "demo"),  # the CLI's files (rows in, predictions out); its demo
     ("cli",),
     ("__init__",),
 ]

@@ -1,43 +1,53 @@
 """The ``silvanforge`` command line.
 
+    silvanforge demo
     silvanforge inspect model.json --dump mir --schedule xgboost
-    silvanforge compile model.json -o model.sfp
-    silvanforge predict model.sfp rows.csv -o scores.csv
+    silvanforge -v compile model.json -o model.sfp
+    silvanforge predict model.sfp rows.csv -o scores.parquet
     silvanforge tune model.json rows.csv --batch 1024 --n-jobs 2
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import logging
 import os
 import sys
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 
 from . import reference
 from .version import __version__
-from .errors import InputError, SilvanForgeError
+from .errors import SilvanForgeError
 from .frontends import load
+from .model.forest import Forest
 from .representations import REGISTRY
 from .plan import cache
 from .runtime import Predictor, compile, load_predictor
 from .runtime.predictor import DUMP_LEVELS
+from .tabular import Table, prediction_writer, read_table
 from .tune import tune
 
 _MODEL_HELP = ("model file: XGBoost JSON/UBJSON, LightGBM text, ONNX, or a predictor "
                "saved by 'silvanforge compile'")
+_DATA_HELP = ("a CSV file (a header line is detected; empty cells, nan and NA are missing "
+              "values; with a header and a model with feature names, columns are matched "
+              "by name) or a .npy array")
+_HEADER_HELP = "the first line is a header even if its cells are numbers (default: detected)"
 
 
-def _read_rows(path: str, skip_header: bool) -> np.ndarray:
-    try:
-        if path.endswith(".npy"):
-            return np.load(path, allow_pickle=False)
-        return np.loadtxt(path, delimiter=",", ndmin=2, skiprows=int(skip_header),
-                          dtype=np.float64)
-    except (OSError, ValueError) as exc:
-        raise InputError(f"{path}: cannot read rows: {exc}") from None
+def _read(path: str, args: argparse.Namespace) -> Table:
+    # --header forces a header line; without it one is detected (tabular.read_table).
+    return read_table(path, True if getattr(args, "header", False) else None)
+
+
+def _features(table: Table, forest: Forest, args: argparse.Namespace,
+              extra_ok: bool = False) -> np.ndarray:
+    return table.features(forest.n_features, forest.feature_names,
+                          getattr(args, "columns", None), extra_ok=extra_ok)
 
 
 def _schedule_arg(value: str | None) -> str | None:
@@ -67,7 +77,8 @@ def _compile_kwargs(args: argparse.Namespace) -> dict:
     profile = None
     if args.profile is not None:
         # Commands that read no DATA have no --header / --columns: then none apply.
-        profile = _read_rows(args.profile, getattr(args, "header", False))
+        # The model is not loaded yet: the profile's width is checked by compile().
+        profile = _read(args.profile, args).values
         if getattr(args, "columns", None) is not None:
             profile = profile[:, :args.columns]
     return {"schedule": _schedule_arg(args.schedule), "representation": args.representation,
@@ -89,25 +100,31 @@ def _compile(args: argparse.Namespace) -> None:
 
 
 def _predict(args: argparse.Namespace) -> None:
-    rows = _read_rows(args.data, args.header)
-    if args.columns is not None:
-        rows = rows[:, :args.columns]
-    if args.reference:
-        result = reference.predict(load(args.model), rows, output=args.output)
+    # A bad file or a missing pyarrow is reported before a long compile.
+    table, write = _read(args.data, args), prediction_writer(args.out)
+    predictor = None if args.reference else _predictor(args)
+    forest = load(args.model) if predictor is None else predictor.forest
+    rows = _features(table, forest, args)
+    if predictor is None:
+        result = reference.predict(forest, rows, output=args.output)
     else:
-        result = _predictor(args).predict(rows, output=args.output)
-    out = open(args.out, "w") if args.out else sys.stdout
-    try:
-        np.savetxt(out, result.reshape(len(result), -1), delimiter=",", fmt="%.9g")
-    finally:
-        if args.out:
-            out.close()
+        result = predictor.predict(rows, output=args.output)
+    write(result)
+
+
+def _demo(args: argparse.Namespace) -> None:
+    from . import demo  # its examples are read only here
+
+    if not demo.main():
+        raise SilvanForgeError("the compiled predictions differ from the reference: "
+                               "please report it with the table above")
 
 
 def _bench(args: argparse.Namespace) -> None:
     from . import bench  # before the engines load: it sets their OpenMP threads to sleep
 
-    rows = _read_rows(args.data, args.header) if args.data else None
+    rows = (_features(_read(args.data, args), load(args.model), args, extra_ok=True)
+            if args.data else None)
     case = bench.case_from_file(args.model, rows, n_rows=max(args.batch))
     engines = [e for e in bench.default_engines(args.lleaves_venv)
                if not args.engines or e.name in args.engines]
@@ -120,9 +137,7 @@ def _bench(args: argparse.Namespace) -> None:
 
 
 def _tune(args: argparse.Namespace) -> None:
-    rows = _read_rows(args.data, args.header)
-    if args.columns is not None:
-        rows = rows[:, :args.columns]
+    rows = _features(_read(args.data, args), load(args.model), args)
     config = tune(args.model, rows, batch_size=args.batch, n_jobs=args.n_jobs,
                        budget_s=args.budget, exhaustive=args.exhaustive,
                        use_cache=not args.no_cache, progress=not args.quiet)
@@ -157,11 +172,43 @@ def _compile_options(p: argparse.ArgumentParser) -> None:
                    "probability-based tiling")
 
 
+@contextlib.contextmanager
+def _logging(verbose: int) -> Iterator[None]:
+    """The ``silvanforge`` log on standard error while a command runs: INFO (compile
+    phases and times) for -v, DEBUG (IR sizes too) for -vv; nothing without -v."""
+    if not verbose:
+        yield
+        return
+    logger = logging.getLogger("silvanforge")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("silvanforge: %(message)s"))
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO if verbose == 1 else logging.DEBUG)
+    try:
+        yield
+    finally:  # main() may run again in this process (the tests): leave no handler
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="silvanforge", description="Decision-forest inference compiler.")
     parser.add_argument("--version", action="version", version=f"silvanforge {__version__}")
+    verbose_help = "log compile phases and times on standard error (-vv: IR sizes too)"
+    parser.add_argument("-v", "--verbose", action="count", default=0, help=verbose_help)
     commands = parser.add_subparsers(dest="command", required=True)
+
+    p = commands.add_parser(
+        "demo", help="compile, check and time the example models that come with "
+                     "SilvanForge",
+        description="Compile the shipped examples (an XGBoost classifier and a LightGBM "
+                    "regressor), check their predictions against the reference evaluator "
+                    "and, when installed, the training library, time predict against "
+                    "that library on one thread, and print a table and the commands to "
+                    "try next.")
+    p.set_defaults(run=_demo)
 
     p = commands.add_parser(
         "inspect", help="describe a model, or dump a compiler level",
@@ -189,16 +236,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         "predict", help="predict the rows of a CSV or .npy file",
         description="Predict the rows of a CSV (or .npy) file and print one line per row.")
     p.add_argument("model", help=_MODEL_HELP)
-    p.add_argument("data", help="rows: a CSV file of numbers (nan = missing) or a .npy "
-                                "array")
+    p.add_argument("data", help="rows: " + _DATA_HELP)
     p.add_argument("--output", choices=["value", "margin"], default="value",
                    help="the library's predicted value (default) or the raw margin")
-    p.add_argument("--header", action="store_true", help="the CSV has a header line")
+    p.add_argument("--header", action="store_true", help=_HEADER_HELP)
     p.add_argument("--columns", type=int, default=None,
                    help="use only the first N columns (e.g. to drop a label column)")
     p.add_argument("--reference", action="store_true",
                    help="use the plain-numpy reference evaluator instead of compiling")
-    p.add_argument("-o", "--out", help="write to this file instead of standard output")
+    p.add_argument("-o", "--out", help="write to this file instead of standard output: "
+                   "Parquet when it ends in .parquet (needs pyarrow: pip install "
+                   "'silvanforge[parquet]'), else CSV")
     _compile_options(p)
     p.set_defaults(run=_predict)
 
@@ -209,8 +257,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "reference on the same rows, then time them in interleaved rounds and "
                     "print a Markdown table; engines that cannot run are listed with why.")
     p.add_argument("model", help="model file: XGBoost JSON/UBJSON, LightGBM text or ONNX")
-    p.add_argument("data", nargs="?", help="rows: CSV or .npy (extra trailing columns, "
-                   "e.g. a label, are dropped); default: random rows around the splits")
+    p.add_argument("data", nargs="?", help="rows: " + _DATA_HELP + " (extra trailing "
+                   "columns, e.g. a label, are dropped); default: random rows around the "
+                   "splits")
     p.add_argument("--batch", type=int, nargs="+", default=[1, 256, 4096],
                    help="batch sizes in rows (default: 1 256 4096)")
     p.add_argument("--threads", type=int, nargs="+", default=[1],
@@ -220,7 +269,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--engines", nargs="+", help="only these engines (e.g. silvanforge "
                    "xgboost onnxruntime)")
     p.add_argument("--lleaves-venv", help="virtualenv with lleaves installed")
-    p.add_argument("--header", action="store_true", help="the CSV has a header line")
+    p.add_argument("--header", action="store_true", help=_HEADER_HELP)
     p.add_argument("--json", help="also write the full results to this JSON file")
     p.set_defaults(run=_bench)
 
@@ -232,8 +281,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "it in the tuning cache, where 'compile --schedule auto' and "
                     "silvanforge.compile(model, schedule=\"auto\") find it.")
     p.add_argument("model", help="model file: XGBoost JSON/UBJSON, LightGBM text or ONNX")
-    p.add_argument("data", help="sample rows: a CSV file of numbers (nan = missing) or a "
-                   ".npy array")
+    p.add_argument("data", help="sample rows: " + _DATA_HELP)
     p.add_argument("--batch", type=int, default=None,
                    help="rows per predict call to tune for (default: the rows in DATA)")
     p.add_argument("--n-jobs", type=int, default=None,
@@ -244,16 +292,22 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="search the whole template, not the heuristic's shortlist")
     p.add_argument("--no-cache", action="store_true",
                    help="neither read nor write the tuning cache")
-    p.add_argument("--header", action="store_true", help="the CSV has a header line")
+    p.add_argument("--header", action="store_true", help=_HEADER_HELP)
     p.add_argument("--columns", type=int, default=None,
                    help="use only the first N columns (e.g. to drop a label column)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("-o", "--out", help="also write the configuration's JSON to this file")
     p.set_defaults(run=_tune)
 
+    for command in commands.choices.values():
+        # Also after the command (silvanforge compile -v ...); SUPPRESS keeps a -v given
+        # before it.
+        command.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS,
+                             help=verbose_help)
     args = parser.parse_args(argv)
     try:
-        args.run(args)
+        with _logging(args.verbose):
+            args.run(args)
     except SilvanForgeError as exc:
         print(f"silvanforge: error: {exc}", file=sys.stderr)
         return 2

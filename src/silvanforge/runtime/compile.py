@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+import logging
+import time
 from typing import Any
 
 from ..backends import target_info
@@ -17,6 +19,7 @@ from .predictor import Predictor
 
 # The predictor that runs a plan, by the kind of device its target is.
 PREDICTORS = {"cpu": Predictor, "gpu": GPUPredictor}
+log = logging.getLogger(__name__)
 
 
 @gc_pause.paused()
@@ -60,7 +63,16 @@ def compile(model: Any, target: str = "cpu", schedule: Any = None,
     >>> silvanforge.compile("model.json", tile_size=4, profile=X_sample)  # doctest: +SKIP
     """
     device = target_info(target).device
-    plan = make_plan(load(model), target, schedule=schedule, representation=representation,
+    start = time.perf_counter()
+    forest = load(model)
+    loaded = time.perf_counter()
+    log.info("load: %d trees, %d features (%.2f s)", forest.n_trees, forest.n_features,
+             loaded - start)
+    plan = make_plan(forest, target, schedule=schedule, representation=representation,
                      precision=precision, n_jobs=n_jobs, tile_size=tile_size,
                      tiling=tiling, profile=profile, cpu=cpu)
-    return PREDICTORS[device](plan)
+    log.info("plan: %s representation, %d kernel(s) (%.2f s)", plan.representation,
+             len(plan.schedules), time.perf_counter() - loaded)
+    predictor = PREDICTORS[device](plan)
+    log.info("compiled in %.2f s", time.perf_counter() - start)
+    return predictor

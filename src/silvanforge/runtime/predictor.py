@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import io
 import itertools
+import logging
 import os
+import time
 import warnings
 from dataclasses import replace
 from typing import Any
@@ -56,6 +58,7 @@ _SCORE = kernel_finish.SCORE
 # A call of fewer walks (rows x trees) than this keeps the GIL (backends/cpu/entry.py):
 # about a microsecond of work, where releasing the GIL and taking it back costs 0.1.
 HOLD_GIL_WALKS = 1024
+log = logging.getLogger(__name__)
 
 
 class _Kernel:
@@ -127,9 +130,20 @@ class Predictor(ForestShape):
         addresses = [a.ctypes.data for a in self._model_arrays]
         codes = list(object_code) + [None] * (len(plan.schedules) - len(object_code))
         with gc_pause.paused():  # lowering builds many objects (even when loading)
+            start = time.perf_counter()
             kernels = [_Kernel(forest, self.representation, schedule, code, built_for,
                                addresses) for schedule, code in zip(plan.schedules, codes)]
+            lowered = time.perf_counter()
+            log.info("lower to MIR and LIR: %d kernel(s) (%.2f s)", len(kernels),
+                     lowered - start)
+            if log.isEnabledFor(logging.DEBUG):  # printing a big kernel's IR takes time
+                for k in kernels:
+                    log.debug("kernel %s: MIR %d lines, LIR %d lines", k.lir.name,
+                              print_mir(k.mir).count("\n"), print_lir(k.lir).count("\n"))
+            built = sum(k.code is None for k in kernels)  # the others were reloaded
             _compiled(kernels, plan)
+            log.info("LLVM build: %d kernel(s), %d reloaded (%.2f s)", built,
+                     len(kernels) - built, time.perf_counter() - lowered)
         self._main = kernels[0]
         self._small = kernels[1] if len(kernels) > 1 else None
         self._small_batch = plan.small_batch

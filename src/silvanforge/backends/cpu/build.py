@@ -22,6 +22,7 @@ import struct
 import subprocess
 import sys
 import threading
+from typing import Callable
 
 import llvmlite.binding as llvm
 
@@ -86,12 +87,15 @@ class ParallelBuild:
         for _ in self.workers:
             self.pending.put(None)
 
-    def finish(self, main: str) -> list[tuple[bytes, str]]:
+    def finish(self, main: str,
+               progress: Callable[[], object] | None = None) -> list[tuple[bytes, str]]:
         """Build ``main`` here, and the submitted modules no worker has started; wait
         for the others: (object, optimised IR) of ``main``, then of each submitted
-        module in order."""
+        module in order. ``progress`` is called as each module is done (in order)."""
         self.close()
         results = [build_object(main, *self.target)]
+        if progress is not None:
+            progress()
         while True:
             job = self.pending.get()
             if job is None:
@@ -101,6 +105,8 @@ class ParallelBuild:
             job.done.wait()
             if job.answer is None:  # its worker died
                 job.build(self.target)
+            if progress is not None:
+                progress()
         for job in self.jobs:
             if isinstance(job.answer, BuildError):
                 raise job.answer
