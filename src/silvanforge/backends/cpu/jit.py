@@ -34,7 +34,8 @@ _OMP_SYMBOL = b"GOMP_parallel"
 # kernels").
 MIN_PARALLEL_INSTRUCTIONS = 10_000
 # A build predicted to take longer than PROGRESS_AFTER_S shows a progress bar on a
-# terminal; predicted from the rate above (~30,000 instructions in 1.2 s on one core).
+# terminal; predicted from LLVM's rate on one core (docs/ARCHITECTURE.md "Measurements
+# behind smaller rules": MIN_PARALLEL_INSTRUCTIONS).
 LLVM_S_PER_INSTRUCTION = 1.2 / 30_000
 PROGRESS_AFTER_S = 2.0
 log = logging.getLogger(__name__)
