@@ -38,6 +38,7 @@ from ..model import serialize
 from ..model.forest import Forest
 from ..model.inputs import as_rows
 from ..plan import Plan
+from ..plan.plan import checked_jobs
 from ..plan.planner import SMALL_BATCH, cpu_target, rows_per_thread
 from ..reference import check_output
 from ..representations import REGISTRY
@@ -170,12 +171,7 @@ class Predictor(ForestShape):
         finish = self._finish.get(output)
         if finish is None:
             check_output(output)
-        if n_jobs is None:
-            threads = self._jobs
-        else:
-            threads = int(n_jobs)
-            if threads < 1:
-                raise InputError(f"n_jobs must be at least 1, not {threads}")
+        threads = self._jobs if n_jobs is None else checked_jobs(n_jobs)
         # A 2-D ndarray goes to the kernel as it is, whose entry checks the rest of its
         # layout; one that does not fit, and anything else, is converted first.
         rows = X if type(X) is np.ndarray and X.ndim == 2 else as_rows(X, self.forest)
