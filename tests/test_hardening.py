@@ -3,12 +3,17 @@ errors (never crashes, hangs or runs code it was not told to trust)."""
 
 from __future__ import annotations
 
+import io
+import zipfile
+
 import numpy as np
 import pytest
 
 import silvanforge
 from silvanforge.errors import InputError, ModelFormatError
+from silvanforge.model import serialize
 from silvanforge.plan.plan import MAX_JOBS
+from silvanforge.runtime.predictor import _DIGEST, Predictor, _digest, _npy
 
 from test_forest import forest_of, stump
 
@@ -63,3 +68,87 @@ def test_saved_plan_n_jobs_is_checked(forest):
     for bad in (2**31, "2", True, 0):
         with pytest.raises(ModelFormatError, match=f"plan's n_jobs .* not {bad!r}"):
             Plan.from_json(forest, {**plan, "n_jobs": bad})
+
+
+# ---- saved predictors --------------------------------------------------------------------
+
+def _members(data: bytes) -> dict[str, bytes]:
+    with zipfile.ZipFile(io.BytesIO(data)) as z:
+        return {name: z.read(name) for name in z.namelist()}
+
+
+def _archive(members: dict[str, bytes], redigest: bool) -> bytes:
+    """A saved predictor of ``members``, its digest made to match them (as whoever
+    writes a file can) when ``redigest``."""
+    if redigest:
+        members = {**members, _DIGEST: _npy(np.frombuffer(_digest(members), np.uint8))}
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        for name, content in members.items():
+            z.writestr(name, content)
+    return buf.getvalue()
+
+
+def _header(members: dict[str, bytes], **changes) -> dict[str, bytes]:
+    header = serialize.loads_meta(np.load(io.BytesIO(members["header.npy"])))
+    return {**members, "header.npy": _npy(serialize.dumps_meta({**header, **changes}))}
+
+
+@pytest.fixture(scope="module")
+def saved(forest):
+    return silvanforge.compile(forest, n_jobs=1).to_bytes()
+
+
+def _garbage_code(members: dict[str, bytes]) -> dict[str, bytes]:
+    """Every object file replaced by bytes that are no program (a file from elsewhere
+    may hold anything)."""
+    return {k: _npy(np.full(64, 0x0F, np.uint8)) if k.startswith("object_code_") else v
+            for k, v in members.items()}
+
+
+def test_a_changed_member_fails_the_digest(saved):
+    with pytest.raises(ModelFormatError, match="digest does not match"):
+        Predictor.from_bytes(_archive(_garbage_code(_members(saved)), redigest=False))
+    no_digest = {k: v for k, v in _members(saved).items() if k != _DIGEST}
+    with pytest.raises(ModelFormatError, match="no digest"):
+        Predictor.from_bytes(_archive(no_digest, redigest=False))
+
+
+@pytest.mark.parametrize("cut", [0, 3, 100, -200, -1])
+def test_a_truncated_file_is_a_format_error(saved, tmp_path, cut):
+    path = tmp_path / "cut.sfp"
+    path.write_bytes(saved[:cut])
+    with pytest.raises(ModelFormatError, match="cut.sfp"):
+        silvanforge.load_predictor(path)
+
+
+@pytest.mark.parametrize("fmt", [True, 5.0, "5", None, 0, 6])
+def test_format_must_be_an_int_this_version_knows(saved, fmt):
+    data = _archive(_header(_members(saved), format=fmt), redigest=True)
+    with pytest.raises(ModelFormatError, match=f"format {fmt!r} is not"):
+        Predictor.from_bytes(data)
+
+
+def test_untrusted_code_is_never_run(forest, saved, tmp_path, rows):
+    """trust_code=False rebuilds the kernels from the model data: code that is no
+    program (with a digest that matches it) is not loaded, and the predictions hold."""
+    path = tmp_path / "foreign.sfp"
+    path.write_bytes(_archive(_garbage_code(_members(saved)), redigest=True))
+    predictor = silvanforge.load_predictor(path, trust_code=False)
+    assert predictor.kernel.llvm_ir  # compiled here, not reloaded (it keeps no IR)
+    expected = silvanforge.reference.predict(forest, rows)
+    np.testing.assert_allclose(predictor.predict(rows), expected, rtol=1e-12)
+    again = Predictor.from_bytes(path.read_bytes(), trust_code=False)
+    np.testing.assert_allclose(again.predict(rows), expected, rtol=1e-12)
+    (tmp_path / "own.sfp").write_bytes(saved)
+    trusted = silvanforge.load_predictor(tmp_path / "own.sfp")
+    assert trusted.kernel.llvm_ir is None  # the default trusts the code: reloaded as is
+
+
+def test_compressed_members_are_refused(saved):
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+        for name, content in _members(saved).items():
+            z.writestr(name, content)
+    with pytest.raises(ModelFormatError, match="compressed members"):
+        Predictor.from_bytes(buf.getvalue())

@@ -2,7 +2,7 @@
 
     silvanforge inspect model.json --dump mir --schedule xgboost
     silvanforge compile model.json -o model.sfp
-    silvanforge predict model.sfp rows.csv -o scores.csv
+    silvanforge predict --predictor model.sfp rows.csv -o scores.csv
     silvanforge tune model.json rows.csv --batch 1024 --n-jobs 2
 """
 
@@ -12,22 +12,24 @@ import argparse
 import json
 import os
 import sys
+import zipfile
 from typing import Sequence
 
 import numpy as np
 
 from . import reference
 from .version import __version__
-from .errors import InputError, SilvanForgeError
+from .errors import InputError, ModelFormatError, SilvanForgeError
 from .frontends import load
+from .model.forest import Forest
 from .representations import REGISTRY
 from .plan import cache
 from .runtime import Predictor, compile, load_predictor
 from .runtime.predictor import DUMP_LEVELS
 from .tune import tune
 
-_MODEL_HELP = ("model file: XGBoost JSON/UBJSON, LightGBM text, ONNX, or a predictor "
-               "saved by 'silvanforge compile'")
+_MODEL_HELP = ("model file: XGBoost JSON/UBJSON, LightGBM text, ONNX, or with --predictor "
+               "a predictor saved by 'silvanforge compile'")
 
 
 def _read_rows(path: str, skip_header: bool) -> np.ndarray:
@@ -48,18 +50,26 @@ def _schedule_arg(value: str | None) -> str | None:
     return value
 
 
-def _is_predictor(path: str) -> bool:
-    try:
-        with open(path, "rb") as fh:
-            return fh.read(4) == b"PK\x03\x04"  # saved predictors are .npz (zip) archives
-    except OSError:
-        return False
-
-
 def _predictor(args: argparse.Namespace) -> Predictor:
-    if _is_predictor(args.model):
-        return load_predictor(args.model)
-    return compile(args.model, **_compile_kwargs(args))
+    """The predictor of MODEL: loaded when the user said it is a saved one (its machine
+    code runs unless --recompile), else compiled. A file is never taken for a predictor
+    by its contents: loading one may run its code."""
+    if args.predictor:
+        return load_predictor(args.model, trust_code=not args.recompile)
+    if args.recompile:
+        raise InputError("--recompile applies to a saved predictor (--predictor)")
+    try:
+        return compile(args.model, **_compile_kwargs(args))
+    except ModelFormatError as exc:
+        if zipfile.is_zipfile(args.model):  # a hint only: nothing is loaded from it
+            raise ModelFormatError(f"{exc} (a saved predictor needs --predictor)") from None
+        raise
+
+
+def _forest(args: argparse.Namespace) -> Forest:
+    """MODEL's forest (from a saved predictor's model data, its code never loaded)."""
+    return load_predictor(args.model, trust_code=False).forest if args.predictor else \
+        load(args.model)
 
 
 def _compile_kwargs(args: argparse.Namespace) -> dict:
@@ -76,10 +86,10 @@ def _compile_kwargs(args: argparse.Namespace) -> dict:
 
 
 def _inspect(args: argparse.Namespace) -> None:
-    if args.dump is None and not _is_predictor(args.model):
-        print(load(args.model).summary())
+    if args.dump is None:
+        print(_forest(args).summary())
         return
-    print(_predictor(args).dump(args.dump or "hir"))
+    print(_predictor(args).dump(args.dump))
 
 
 def _compile(args: argparse.Namespace) -> None:
@@ -93,7 +103,7 @@ def _predict(args: argparse.Namespace) -> None:
     if args.columns is not None:
         rows = rows[:, :args.columns]
     if args.reference:
-        result = reference.predict(load(args.model), rows, output=args.output)
+        result = reference.predict(_forest(args), rows, output=args.output)
     else:
         result = _predictor(args).predict(rows, output=args.output)
     out = open(args.out, "w") if args.out else sys.stdout
@@ -136,6 +146,17 @@ def _tune(args: argparse.Namespace) -> None:
               file=sys.stderr)
 
 
+def _predictor_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--predictor", action="store_true",
+                   help="MODEL is a predictor saved by 'silvanforge compile'. It holds "
+                   "machine code, which is loaded and run: a saved predictor is a "
+                   "program, use this only with files you trust (or add --recompile)")
+    p.add_argument("--recompile", action="store_true",
+                   help="with --predictor: ignore the saved machine code and compile the "
+                   "kernels again from the file's model data and plan (for a file from "
+                   "elsewhere)")
+
+
 def _compile_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--schedule", help="a named schedule (default, vector, xgboost, "
                    "one_tree_at_a_time, tree_parallel, code_rows, ...), 'auto' (the tuning "
@@ -170,6 +191,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "planner made).")
     p.add_argument("model", help=_MODEL_HELP)
     p.add_argument("--dump", choices=DUMP_LEVELS, help="print this level of the compiler")
+    _predictor_options(p)
     _compile_options(p)
     p.set_defaults(run=_inspect)
 
@@ -199,6 +221,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--reference", action="store_true",
                    help="use the plain-numpy reference evaluator instead of compiling")
     p.add_argument("-o", "--out", help="write to this file instead of standard output")
+    _predictor_options(p)
     _compile_options(p)
     p.set_defaults(run=_predict)
 
