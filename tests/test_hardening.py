@@ -4,13 +4,16 @@ errors (never crashes, hangs or runs code it was not told to trust)."""
 from __future__ import annotations
 
 import io
+import multiprocessing
+import os
+import warnings
 import zipfile
 
 import numpy as np
 import pytest
 
 import silvanforge
-from silvanforge.errors import InputError, ModelFormatError
+from silvanforge.errors import InputError, ModelFormatError, SilvanForgeWarning
 from silvanforge.model import serialize
 from silvanforge.plan.plan import MAX_JOBS
 from silvanforge.runtime.predictor import _DIGEST, Predictor, _digest, _npy
@@ -152,3 +155,36 @@ def test_compressed_members_are_refused(saved):
             z.writestr(name, content)
     with pytest.raises(ModelFormatError, match="compressed members"):
         Predictor.from_bytes(buf.getvalue())
+
+
+# ---- fork --------------------------------------------------------------------------------
+
+def _predict_in_child(predictor, rows, queue) -> None:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        results = [predictor.predict(rows, n_jobs=2) for _ in range(2)]
+    queue.put((results, [str(w.message) for w in caught
+                         if issubclass(w.category, SilvanForgeWarning)]))
+
+
+@pytest.mark.skipif(not hasattr(os, "register_at_fork"), reason="no fork")
+def test_a_child_forked_after_threaded_predictions_predicts(forest, rows):
+    """OpenMP's threads do not survive fork: the child's own multithreaded predict hung.
+    It now runs on one thread and says so once; a hang fails here, after the timeout."""
+    predictor = silvanforge.compile(forest, schedule="xgboost", n_jobs=2)
+    expected = predictor.predict(rows)  # two threads: the parent's pool exists
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    child = context.Process(target=_predict_in_child, args=(predictor, rows, queue))
+    child.start()
+    try:
+        results, messages = queue.get(timeout=60)
+    finally:
+        child.join(10)
+        if child.is_alive():
+            child.kill()
+    assert child.exitcode == 0
+    for result in results:
+        np.testing.assert_array_equal(result, expected)
+    assert len(messages) == 1 and "forked after multithreaded predictions" in messages[0]
+    np.testing.assert_array_equal(predictor.predict(rows, n_jobs=2), expected)  # parent

@@ -48,7 +48,7 @@ from ..plan.planner import SMALL_BATCH, cpu_target, rows_per_thread
 from ..reference import check_output
 from ..representations import REGISTRY
 from ..schedule import Schedule
-from . import gc_pause
+from . import fork, gc_pause
 from .base import ForestShape, build_representation, model_arrays, transformed
 
 # 2: kernels finish their rows (a ``finish`` argument). 3: a kernel's code may be several
@@ -193,6 +193,8 @@ class Predictor(ForestShape):
             # A schedule of SilvanForge's (row blocks in parallel): sized to the call.
             if n < threads * self._rows_per_thread:
                 threads = n // self._rows_per_thread or 1
+            if threads > 1:
+                threads = fork.threads(threads)
         if not (n and not kernel.has_scratch and kernel.call(rows, n, result, threads,
                                                               finish)):
             self._run_again(X, rows, result, kernel, threads, finish)
