@@ -4,6 +4,7 @@ errors (never crashes, hangs or runs code it was not told to trust)."""
 from __future__ import annotations
 
 import io
+import json
 import multiprocessing
 import os
 import warnings
@@ -15,6 +16,8 @@ import pytest
 import silvanforge
 from silvanforge.errors import InputError, ModelFormatError, SilvanForgeWarning
 from silvanforge.model import serialize
+from silvanforge.plan import cache
+from silvanforge.plan.configuration import Configuration
 from silvanforge.plan.plan import MAX_JOBS
 from silvanforge.runtime.predictor import _DIGEST, Predictor, _digest, _npy
 
@@ -188,3 +191,87 @@ def test_a_child_forked_after_threaded_predictions_predicts(forest, rows):
         np.testing.assert_array_equal(result, expected)
     assert len(messages) == 1 and "forked after multithreaded predictions" in messages[0]
     np.testing.assert_array_equal(predictor.predict(rows, n_jobs=2), expected)  # parent
+
+
+# ---- the tuning cache --------------------------------------------------------------------
+
+def _good_configuration() -> dict:
+    return Configuration("reorder(tree, batch)", "sparse", 1).to_json()
+
+
+BAD_CACHES = {
+    "a list": [],
+    "entries not a list": {"entries": 5},
+    "an entry not an object": {"entries": [5]},
+    "a key not an object": {"entries": [{"key": 3, "configuration": {}}]},
+    "no configuration": "KEY",
+    "configuration not an object": ("KEY", "fast"),
+    "empty configuration": ("KEY", {}),
+    "schedule not text": ("KEY", {**_good_configuration(), "schedule": 7}),
+    "huge n_jobs": ("KEY", {**_good_configuration(), "n_jobs": 2**31}),
+    "n_jobs as text": ("KEY", {**_good_configuration(), "n_jobs": "2"}),
+    "n_jobs true": ("KEY", {**_good_configuration(), "n_jobs": True}),
+    "unknown field": ("KEY", {**_good_configuration(), "speed": 1}),
+    "unknown option": ("KEY", {**_good_configuration(), "options": {"turbo": True}}),
+    "option of the wrong type": ("KEY", {**_good_configuration(),
+                                        "options": {"tile_size": "4"}}),
+    "walk not a list": ("KEY", {**_good_configuration(), "point": {"walk": 3}}),
+    "seconds as text": ("KEY", {**_good_configuration(), "seconds": "1"}),
+}
+
+
+@pytest.mark.parametrize("name", BAD_CACHES)
+def test_a_bad_cache_entry_is_skipped_with_a_warning(forest, tmp_path, monkeypatch, name):
+    """compile(schedule="auto") raised raw AttributeError, KeyError, TypeError or
+    ValueError on a cache of the wrong shape; now the entry is skipped and the default
+    plan built. The bad entries carry this model's key, so they would be used."""
+    monkeypatch.setenv("SILVANFORGE_CACHE_DIR", str(tmp_path))
+    key = cache.cache_key(forest, 0, 1)
+    content = BAD_CACHES[name]
+    if content == "KEY":
+        content = {"entries": [{"key": key}]}
+    elif isinstance(content, tuple):
+        content = {"entries": [{"key": key, "configuration": content[1]}]}
+    (tmp_path / cache.FILE_NAME).write_text(json.dumps(content))
+    with pytest.warns(SilvanForgeWarning, match="tuning cache"):
+        predictor = silvanforge.compile(forest, schedule="auto", n_jobs=1)
+    assert predictor.plan == silvanforge.compile(forest, n_jobs=1).plan
+
+
+def test_valid_entries_beside_bad_ones_are_used(forest, tmp_path, monkeypatch):
+    monkeypatch.setenv("SILVANFORGE_CACHE_DIR", str(tmp_path))
+    key = cache.cache_key(forest, 0, 1)
+    good = {**_good_configuration(), "schedule": "one_tree_at_a_time"}
+    (tmp_path / cache.FILE_NAME).write_text(json.dumps({"entries": [
+        {"key": key, "configuration": good}, {"key": key, "configuration": {"n_jobs": 0}},
+        "junk"]}))
+    with pytest.warns(SilvanForgeWarning, match="skipped 2 invalid entries"):
+        predictor = silvanforge.compile(forest, schedule="auto", n_jobs=1)
+    assert predictor.plan.representation == "sparse"
+    with pytest.warns(SilvanForgeWarning):  # a store keeps only the valid entries
+        cache.store({"model": "other"}, good)
+    assert len(json.loads((tmp_path / cache.FILE_NAME).read_text())["entries"]) == 2
+
+
+def _store_many(writer: int, count: int, barrier) -> None:
+    barrier.wait()
+    for i in range(count):
+        cache.store({"writer": writer, "i": i}, _good_configuration())
+
+
+@pytest.mark.skipif(not hasattr(os, "register_at_fork"), reason="no fork")
+def test_concurrent_writers_lose_no_entry(tmp_path, monkeypatch):
+    monkeypatch.setenv("SILVANFORGE_CACHE_DIR", str(tmp_path))
+    writers, count = 6, 15
+    context = multiprocessing.get_context("fork")
+    barrier = context.Barrier(writers)
+    processes = [context.Process(target=_store_many, args=(w, count, barrier))
+                 for w in range(writers)]
+    for p in processes:
+        p.start()
+    for p in processes:
+        p.join(120)
+        assert p.exitcode == 0
+    keys = {(e["key"]["writer"], e["key"]["i"])
+            for e in json.loads((tmp_path / cache.FILE_NAME).read_text())["entries"]}
+    assert keys == {(w, i) for w in range(writers) for i in range(count)}

@@ -145,7 +145,7 @@ def tuned_options(forest: Forest, schedule: Any, given: dict[str, Any],
     explicit = {k: v for k, v in given.items() if v is not None}
     if not isinstance(schedule, str):  # a Configuration
         return {**schedule.compile_kwargs(), **explicit}
-    jobs = explicit.get("n_jobs", default_jobs())
+    jobs = checked_jobs(explicit["n_jobs"]) if "n_jobs" in explicit else default_jobs()
     hit = cache.lookup_any_batch(cache.cache_key(forest, 0, jobs, cpu))
     if hit is None:
         return {**given, "schedule": None}
