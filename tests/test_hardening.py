@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 import silvanforge
-from silvanforge.errors import InputError, ModelFormatError, SilvanForgeWarning
+from silvanforge.errors import (InputError, ModelFormatError, SilvanForgeWarning,
+                               UnsupportedModelError)
 from silvanforge.model import serialize
 from silvanforge.plan import cache
 from silvanforge.plan.configuration import Configuration
@@ -275,3 +276,35 @@ def test_concurrent_writers_lose_no_entry(tmp_path, monkeypatch):
     keys = {(e["key"]["writer"], e["key"]["i"])
             for e in json.loads((tmp_path / cache.FILE_NAME).read_text())["entries"]}
     assert keys == {(w, i) for w in range(writers) for i in range(count)}
+
+
+# ---- deep trees --------------------------------------------------------------------------
+
+def _lightgbm_chain(depth: int) -> str:
+    """A LightGBM model of one tree, a chain ``depth`` splits deep (LightGBM grows leaf
+    by leaf: nothing bounds its depth but the leaves)."""
+    from test_lightgbm import _model_text
+
+    left = [str(i + 1) for i in range(depth - 1)] + [str(~(depth - 1))]
+    right = [str(~i) for i in range(depth - 1)] + [str(~depth)]
+    tree = {"num_leaves": str(depth + 1), "num_cat": "0",
+            "split_feature": " ".join(["0"] * depth),
+            "threshold": " ".join(str(float(i)) for i in range(depth)),
+            "decision_type": " ".join(["2"] * depth), "left_child": " ".join(left),
+            "right_child": " ".join(right),
+            "leaf_value": " ".join(str(float(i)) for i in range(depth + 1)),
+            "is_linear": "0", "shrinkage": "1"}
+    return _model_text([tree], 1, 1, "regression")
+
+
+@pytest.mark.parametrize("representation", ["reorg", "array"])
+def test_a_too_deep_chain_for_level_order_layouts(tmp_path, representation):
+    """Padded to 2^15001 - 1 slots, a number Python refuses to print: the message said so
+    with a raw ValueError. The limit is named instead."""
+    path = tmp_path / "chain.txt"
+    path.write_text(_lightgbm_chain(15_000))
+    forest = silvanforge.load(path)
+    assert forest.max_depth == 15_000
+    with pytest.raises(UnsupportedModelError, match=r"at least 2\^15000 node slots \(more "
+                                                    r"than MAX_SLOTS = 16777216\)"):
+        silvanforge.compile(forest, representation=representation, n_jobs=1)
