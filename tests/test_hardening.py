@@ -321,3 +321,40 @@ def test_validation_is_linear_in_nodes(tmp_path):
     forest = silvanforge.load(path)
     assert time.perf_counter() - start < 8
     assert forest.max_depth == 100_000
+
+
+# ---- sizes proportional to the file ------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def xgboost_json(tmp_path_factory) -> dict:
+    xgb = pytest.importorskip("xgboost")
+    X = np.random.default_rng(0).normal(size=(50, 3))
+    booster = xgb.train({"max_depth": 2}, xgb.DMatrix(X, label=X[:, 0]), 2)
+    path = tmp_path_factory.mktemp("xgb") / "model.json"
+    booster.save_model(str(path))
+    return json.loads(path.read_text())
+
+
+@pytest.mark.parametrize("num_class", [5000, 2**31 - 1])
+def test_a_class_count_the_file_cannot_back_is_refused(xgboost_json, tmp_path, num_class):
+    """A 4 KB file with num_class 2^31 - 1 made load allocate 16 GB (the base score of
+    every class); outputs beyond the file's trees and base scores are refused first."""
+    model = json.loads(json.dumps(xgboost_json))
+    model["learner"]["learner_model_param"]["num_class"] = str(num_class)
+    path = tmp_path / "classes.json"
+    path.write_text(json.dumps(model))
+    with pytest.raises(ModelFormatError, match=f"{num_class} outputs, but the model gives "
+                                               "only 3 values"):
+        silvanforge.load(path)
+
+
+def test_outputs_only_the_base_score_gives_are_allowed_up_to_the_bound():
+    from silvanforge.model.builder import MAX_UNBACKED_OUTPUTS, build_forest
+
+    forest = build_forest([stump()], n_features=1, n_outputs=MAX_UNBACKED_OUTPUTS)
+    assert forest.n_outputs == MAX_UNBACKED_OUTPUTS
+    with pytest.raises(ModelFormatError, match="1025 outputs"):
+        build_forest([stump()], n_features=1, n_outputs=MAX_UNBACKED_OUTPUTS + 1)
+    many = build_forest([stump(output=k) for k in range(2000)], n_features=1,
+                        n_outputs=2000)  # every output written by a tree
+    assert many.n_outputs == 2000
