@@ -163,9 +163,9 @@ class Predictor(ForestShape):
     def predict(self, X: Any, output: str = "value", n_jobs: int | None = None) -> np.ndarray:
         """Predict like the source library (the conventions of ``reference.predict``).
 
-        ``n_jobs`` overrides the thread count given to ``compile`` for this call. With the
-        schedule left to SilvanForge, a call uses at most one thread per 128 rows (a
-        thread with fewer costs more to wake than it saves), and under
+        ``n_jobs`` (an int from 1 to 1024) overrides the thread count given to ``compile``
+        for this call. With the schedule left to SilvanForge, a call uses at most one
+        thread per 128 rows (a thread with fewer costs more to wake than it saves), and under
         ``OMP_WAIT_POLICY=passive``, whose threads sleep between calls, one per 120,000
         walks (rows x trees) as well; an explicit schedule gets exactly ``n_jobs``
         threads.
@@ -342,8 +342,9 @@ def _digest(files: dict[str, bytes]) -> bytes:
 
 def _read_archive(data: bytes) -> tuple[dict[str, np.ndarray], bool]:
     """The members of a saved predictor as arrays (by name, without ``.npy``), checked
-    against its digest when it has one, and whether it had one. Members must be stored uncompressed (as ``np.savez`` and :meth:`Predictor.to_bytes`
-    write them), so reading takes no more memory than the file's size."""
+    against its digest when it has one, and whether it had one. Members must be stored
+    uncompressed (as ``np.savez`` and :meth:`Predictor.to_bytes` write them), so reading
+    takes no more memory than the file's size."""
     with zipfile.ZipFile(io.BytesIO(data)) as z:
         infos = z.infolist()
         packed = [i.filename for i in infos if i.compress_type != zipfile.ZIP_STORED]
