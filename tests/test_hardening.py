@@ -358,3 +358,18 @@ def test_outputs_only_the_base_score_gives_are_allowed_up_to_the_bound():
     many = build_forest([stump(output=k) for k in range(2000)], n_features=1,
                         n_outputs=2000)  # every output written by a tree
     assert many.n_outputs == 2000
+
+
+@pytest.mark.parametrize("plan", [
+    "sparse", {"schedule": True}, {"representation": 1.5}, {"representation": "dense"},
+    {"tile_size": {"a": 1}}, {"small_schedule": -1}, {"sized_threads": 1},
+    {"precision": []}, {"n_jobs": 2**31}])
+def test_a_plan_of_the_wrong_shape_is_a_format_error(saved, plan):
+    """Found by mutating a saved plan's fields (with a digest to match): raw
+    AttributeError, KeyError and TypeError came out of loading."""
+    members = _members(saved)
+    header = serialize.loads_meta(np.load(io.BytesIO(members["header.npy"])))
+    changed = plan if isinstance(plan, str) else {**header["plan"], **plan}
+    data = _archive(_header(members, plan=changed), redigest=True)
+    with pytest.raises(ModelFormatError, match="plan"):
+        Predictor.from_bytes(data, trust_code=False)
