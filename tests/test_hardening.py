@@ -7,6 +7,7 @@ import io
 import json
 import multiprocessing
 import os
+import threading
 import time
 import warnings
 import zipfile
@@ -373,3 +374,34 @@ def test_a_plan_of_the_wrong_shape_is_a_format_error(saved, plan):
     data = _archive(_header(members, plan=changed), redigest=True)
     with pytest.raises(ModelFormatError, match="plan"):
         Predictor.from_bytes(data, trust_code=False)
+
+
+# ---- threads -----------------------------------------------------------------------------
+
+def test_threads_sharing_predictors_get_the_serial_results(forest):
+    """8 threads x predictors of different schedules, thread counts and outputs, for a
+    bounded time: every result equals the one computed serially first."""
+    rng = np.random.default_rng(1)
+    predictors = [silvanforge.compile(forest, schedule=s, representation=r, n_jobs=2)
+                  for s, r in ((None, None), ("xgboost", "sparse"), ("tree_parallel", "array"))]
+    batches = [rng.normal(size=(n, 3)) for n in (1, 7, 300, 2000)]
+    calls = [(p, X, output, jobs) for p in predictors for X in batches
+             for output in ("value", "margin") for jobs in (1, 2, 3)]
+    expected = [p.predict(X, output, jobs) for p, X, output, jobs in calls]
+    deadline = time.perf_counter() + 3
+    failures: list[str] = []
+
+    def worker(seed: int) -> None:
+        order = np.random.default_rng(seed)
+        while time.perf_counter() < deadline and not failures:
+            i = int(order.integers(len(calls)))
+            p, X, output, jobs = calls[i]
+            if not np.array_equal(p.predict(X, output, jobs), expected[i]):
+                failures.append(f"call {i}")
+
+    threads = [threading.Thread(target=worker, args=(s,)) for s in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not any(t.is_alive() for t in threads) and not failures
