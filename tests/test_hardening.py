@@ -59,6 +59,16 @@ def test_compile_refuses_bad_n_jobs(forest, n_jobs):
         silvanforge.compile(forest, schedule="xgboost", n_jobs=n_jobs)
 
 
+@pytest.mark.parametrize("n_jobs", ["2", 1.5, True, 2**31])
+def test_tune_and_auto_refuse_bad_n_jobs(forest, rows, n_jobs):
+    """The tuner and the cache lookup of schedule="auto" take the same check (a string
+    reached the cache key's int() as a raw ValueError)."""
+    with pytest.raises(InputError, match="n_jobs must be an int"):
+        silvanforge.tune(forest, rows, n_jobs=n_jobs, use_cache=False, progress=False)
+    with pytest.raises(InputError, match="n_jobs must be an int"):
+        silvanforge.compile(forest, schedule="auto", n_jobs=n_jobs)
+
+
 def test_good_n_jobs(forest, rows):
     """numpy's ints are ints; the bound itself runs (threads an explicit schedule asks
     for are all started)."""
