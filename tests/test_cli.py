@@ -66,11 +66,33 @@ def test_compile_then_predict_from_the_saved_predictor(model, tmp_path, capsys):
     data = tmp_path / "rows.npy"
     np.save(data, X[:30])
     out = tmp_path / "out.csv"
-    assert cli.main(["predict", str(saved), str(data), "-o", str(out)]) == 0
+    assert cli.main(["predict", "--predictor", str(saved), str(data), "-o", str(out)]) == 0
     np.testing.assert_allclose(np.loadtxt(out), reference.predict(load(path), X[:30]),
                                rtol=1e-8)
-    assert cli.main(["inspect", str(saved), "--dump", "mir"]) == 0
+    assert cli.main(["inspect", "--predictor", str(saved), "--dump", "mir"]) == 0
     assert "parallel for" in capsys.readouterr().out
+    # --recompile: the same predictions from kernels compiled here (the saved code unread).
+    assert cli.main(["predict", "--predictor", "--recompile", str(saved), str(data), "-o",
+                     str(out)]) == 0
+    np.testing.assert_allclose(np.loadtxt(out), reference.predict(load(path), X[:30]),
+                               rtol=1e-8)
+    assert cli.main(["inspect", "--predictor", str(saved)]) == 0
+    assert "trees" in capsys.readouterr().out
+
+
+def test_a_saved_predictor_loads_only_when_the_user_says_so(model, tmp_path, capsys):
+    """A file is not taken for a predictor by its contents: loading one may run its code."""
+    path, X = model
+    saved, data = tmp_path / "model.sfp", tmp_path / "rows.npy"
+    assert cli.main(["compile", str(path), "-o", str(saved), "--n-jobs", "1"]) == 0
+    np.save(data, X[:5])
+    capsys.readouterr()
+    assert cli.main(["predict", str(saved), str(data)]) == 2
+    assert "a saved predictor needs --predictor" in capsys.readouterr().err
+    assert cli.main(["inspect", str(saved), "--dump", "plan"]) == 2
+    assert "needs --predictor" in capsys.readouterr().err
+    assert cli.main(["predict", "--recompile", str(path), str(data)]) == 2
+    assert "--recompile applies to a saved predictor" in capsys.readouterr().err
 
 
 def test_compile_with_probability_tiling_from_a_profile_file(model, tmp_path, capsys):
@@ -82,10 +104,10 @@ def test_compile_with_probability_tiling_from_a_profile_file(model, tmp_path, ca
     assert "probability tiles of 3" in capsys.readouterr().out
     data, out = tmp_path / "rows.npy", tmp_path / "out.csv"
     np.save(data, X[:30])
-    assert cli.main(["predict", str(saved), str(data), "-o", str(out)]) == 0
+    assert cli.main(["predict", "--predictor", str(saved), str(data), "-o", str(out)]) == 0
     np.testing.assert_allclose(np.loadtxt(out), reference.predict(load(path), X[:30]),
                                rtol=1e-8)
-    assert cli.main(["inspect", str(saved), "--dump", "hir"]) == 0
+    assert cli.main(["inspect", "--predictor", str(saved), "--dump", "hir"]) == 0
     assert "tiling (probability)" in capsys.readouterr().out
 
 
@@ -113,7 +135,7 @@ def test_compile_for_a_named_cpu(model, tmp_path, capsys):
     saved = tmp_path / "v2.sfp"
     assert cli.main(["compile", str(path), "-o", str(saved), "--cpu", "x86-64-v2"]) == 0
     assert "cpu=x86-64-v2" in capsys.readouterr().out
-    assert cli.main(["inspect", str(saved), "--dump", "plan"]) == 0
+    assert cli.main(["inspect", "--predictor", str(saved), "--dump", "plan"]) == 0
     assert "built for CPU x86-64-v2" in capsys.readouterr().out
 
 

@@ -183,8 +183,9 @@ def test_a_damaged_cache_file_is_a_miss(xgb_model, cache_dir):
     (cache_dir / cache.FILE_NAME).write_text("{not json")
     forest = silvanforge.load(xgb_model[0])
     assert cache.lookup(cache.cache_key(forest, 16, 1)) is None
-    cache.store(cache.cache_key(forest, 16, 1), {"schedule": "x"})
-    assert cache.lookup(cache.cache_key(forest, 16, 1)) == {"schedule": "x"}
+    entry = Configuration("xgboost", "sparse", 1).to_json()
+    cache.store(cache.cache_key(forest, 16, 1), entry)
+    assert cache.lookup(cache.cache_key(forest, 16, 1)) == entry
 
 
 def test_auto_uses_the_cache_entry_else_the_default(xgb_model):

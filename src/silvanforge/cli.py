@@ -3,7 +3,7 @@
     silvanforge demo
     silvanforge inspect model.json --dump mir --schedule xgboost
     silvanforge -v compile model.json -o model.sfp
-    silvanforge predict model.sfp rows.csv -o scores.parquet
+    silvanforge predict --predictor model.sfp rows.csv -o scores.parquet
     silvanforge tune model.json rows.csv --batch 1024 --n-jobs 2
 """
 
@@ -15,13 +15,14 @@ import json
 import logging
 import os
 import sys
+import zipfile
 from typing import Iterator, Sequence
 
 import numpy as np
 
 from . import reference
 from .version import __version__
-from .errors import SilvanForgeError
+from .errors import InputError, ModelFormatError, SilvanForgeError
 from .frontends import load
 from .model.forest import Forest
 from .representations import REGISTRY
@@ -31,8 +32,8 @@ from .runtime.predictor import DUMP_LEVELS
 from .tabular import Table, prediction_writer, read_table
 from .tune import tune
 
-_MODEL_HELP = ("model file: XGBoost JSON/UBJSON, LightGBM text, ONNX, or a predictor "
-               "saved by 'silvanforge compile'")
+_MODEL_HELP = ("model file: XGBoost JSON/UBJSON, LightGBM text, ONNX, or with --predictor "
+               "a predictor saved by 'silvanforge compile'")
 _DATA_HELP = ("a CSV file (a header line is detected; empty cells, nan and NA are missing "
               "values; with a header and a model with feature names, columns are matched "
               "by name) or a .npy array")
@@ -58,18 +59,26 @@ def _schedule_arg(value: str | None) -> str | None:
     return value
 
 
-def _is_predictor(path: str) -> bool:
-    try:
-        with open(path, "rb") as fh:
-            return fh.read(4) == b"PK\x03\x04"  # saved predictors are .npz (zip) archives
-    except OSError:
-        return False
-
-
 def _predictor(args: argparse.Namespace) -> Predictor:
-    if _is_predictor(args.model):
-        return load_predictor(args.model)
-    return compile(args.model, **_compile_kwargs(args))
+    """The predictor of MODEL: loaded when the user said it is a saved one (its machine
+    code runs unless --recompile), else compiled. A file is never taken for a predictor
+    by its contents: loading one may run its code."""
+    if args.predictor:
+        return load_predictor(args.model, trust_code=not args.recompile)
+    if args.recompile:
+        raise InputError("--recompile applies to a saved predictor (--predictor)")
+    try:
+        return compile(args.model, **_compile_kwargs(args))
+    except ModelFormatError as exc:
+        if zipfile.is_zipfile(args.model):  # a hint only: nothing is loaded from it
+            raise ModelFormatError(f"{exc} (a saved predictor needs --predictor)") from None
+        raise
+
+
+def _forest(args: argparse.Namespace) -> Forest:
+    """MODEL's forest (from a saved predictor's model data, its code never loaded)."""
+    return load_predictor(args.model, trust_code=False).forest if args.predictor else \
+        load(args.model)
 
 
 def _compile_kwargs(args: argparse.Namespace) -> dict:
@@ -87,10 +96,10 @@ def _compile_kwargs(args: argparse.Namespace) -> dict:
 
 
 def _inspect(args: argparse.Namespace) -> None:
-    if args.dump is None and not _is_predictor(args.model):
-        print(load(args.model).summary())
+    if args.dump is None:
+        print(_forest(args).summary())
         return
-    print(_predictor(args).dump(args.dump or "hir"))
+    print(_predictor(args).dump(args.dump))
 
 
 def _compile(args: argparse.Namespace) -> None:
@@ -103,7 +112,7 @@ def _predict(args: argparse.Namespace) -> None:
     # A bad file or a missing pyarrow is reported before a long compile.
     table, write = _read(args.data, args), prediction_writer(args.out)
     predictor = None if args.reference else _predictor(args)
-    forest = load(args.model) if predictor is None else predictor.forest
+    forest = _forest(args) if predictor is None else predictor.forest
     rows = _features(table, forest, args)
     if predictor is None:
         result = reference.predict(forest, rows, output=args.output)
@@ -149,6 +158,17 @@ def _tune(args: argparse.Namespace) -> None:
     if not args.no_cache:
         print(f"cached in {cache.cache_dir()}; compile with --schedule auto",
               file=sys.stderr)
+
+
+def _predictor_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--predictor", action="store_true",
+                   help="MODEL is a predictor saved by 'silvanforge compile'. It holds "
+                   "machine code, which is loaded and run: a saved predictor is a "
+                   "program, use this only with files you trust (or add --recompile)")
+    p.add_argument("--recompile", action="store_true",
+                   help="with --predictor: ignore the saved machine code and compile the "
+                   "kernels again from the file's model data and plan (for a file from "
+                   "elsewhere)")
 
 
 def _compile_options(p: argparse.ArgumentParser) -> None:
@@ -217,6 +237,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "planner made).")
     p.add_argument("model", help=_MODEL_HELP)
     p.add_argument("--dump", choices=DUMP_LEVELS, help="print this level of the compiler")
+    _predictor_options(p)
     _compile_options(p)
     p.set_defaults(run=_inspect)
 
@@ -247,6 +268,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("-o", "--out", help="write to this file instead of standard output: "
                    "Parquet when it ends in .parquet (needs pyarrow: pip install "
                    "'silvanforge[parquet]'), else CSV")
+    _predictor_options(p)
     _compile_options(p)
     p.set_defaults(run=_predict)
 

@@ -125,7 +125,7 @@ NEXT = """\
 Next, with a model of your own:
   silvanforge inspect model.json                  # what the model is
   silvanforge compile model.json -o model.sfp -v  # compile (phases and times with -v)
-  silvanforge predict model.sfp rows.csv -o scores.csv
+  silvanforge predict --predictor model.sfp rows.csv -o scores.csv
   silvanforge bench model.json rows.csv           # against every installed engine
   silvanforge tune model.json rows.csv            # search for the fastest schedule
 In Python: predictor = silvanforge.compile("model.json"); predictor.predict(X)

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ModelFormatError, UnsupportedModelError, require
-from ..model.builder import Tree, build_forest, float_array, int_array
+from ..model.builder import Tree, build_forest, check_outputs, float_array, int_array
 from ..model.forest import MAX_CATEGORY, OP_EQ, OP_LE, OP_LT, Forest
 
 _ML = "ai.onnx.ml"
@@ -449,6 +449,7 @@ def _parse_v3(attrs: _Attrs, n_out: int, prefix: str, width: int | None,
     _same_length(op, {f"{prefix}_treeids": t_tree, f"{prefix}_nodeids": t_node,
                       f"{prefix}_ids": t_ids, f"{prefix}_weights": t_w})
     t_ids = int_array(t_ids, f"{op} {prefix}_ids", 0, n_out - 1)
+    check_outputs(n_out, len(t_w), op)  # before the (nodes, outputs) arrays below
     t_w = float_array(t_w, f"{op} {prefix}_weights")
     if not np.all(np.isfinite(t_w)):
         raise ModelFormatError(f"{op}: {prefix}_weights holds a non-finite value")
@@ -589,6 +590,7 @@ def _parse_v5(attrs: _Attrs, n_out: int, op_dtype: Any, width: int | None
     if weights.dtype.kind != "f":
         raise ModelFormatError(f"{op}: leaf_weights must be floating point")
     targets = int_array(targets, f"{op} leaf_targetids", 0, n_out - 1)
+    check_outputs(n_out, n_leaves, op)  # before a vector of outputs a leaf (make_leaf)
     weights = weights.astype(np.float64)
     if not np.all(np.isfinite(weights)):
         raise ModelFormatError(f"{op}: leaf_weights holds a non-finite value")

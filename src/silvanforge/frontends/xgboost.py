@@ -438,8 +438,9 @@ def _read_tree(raw: Any, t: int, output: int, n_features: int, n_outputs: int,
 
 def _vector_leaves(raw: dict, where: str, n: int, width: int, leaf: np.ndarray,
                    right: np.ndarray) -> np.ndarray:
-    """(n, width) leaf values of a multi-output ("multi_output_tree") tree."""
-    out = np.zeros((n, width))
+    """(n, width) leaf values of a multi-output ("multi_output_tree") tree, allocated
+    once the file is known to hold ``width`` values a leaf (``width`` is the file's
+    word: allocated first, a huge one took memory out of all proportion to the file)."""
     if "leaf_weights" in raw:
         # XGBoost 3.2+: a leaf's right_children entry indexes the leaf weights.
         weights = float_array(_array(raw, "leaf_weights", where),
@@ -453,6 +454,7 @@ def _vector_leaves(raw: dict, where: str, n: int, width: int, leaf: np.ndarray,
             node = int(np.flatnonzero(leaf)[np.flatnonzero((idx < 0) | (idx >= n_leaf))[0]])
             raise ModelFormatError(f"{where}, node {node}: leaf index {int(right[node])} out "
                                    f"of range ({n_leaf} leaf vectors)")
+        out = np.zeros((n, width))
         out[leaf] = weights.reshape(n_leaf, width)[idx]
         return out
     weights = float_array(_array(raw, "base_weights", where),
@@ -460,6 +462,7 @@ def _vector_leaves(raw: dict, where: str, n: int, width: int, leaf: np.ndarray,
     if len(weights) != n * width:
         raise ModelFormatError(f"{where}: base_weights has {len(weights)} entries, "
                                f"expected {n * width} ({n} nodes × {width} outputs)")
+    out = np.zeros((n, width))
     out[leaf] = weights.reshape(n, width)[leaf]
     return out
 

@@ -84,6 +84,22 @@ def _bitset(cats: Iterable[int], what: str) -> np.ndarray:
     return words
 
 
+# A model may have outputs that only its base score gives (no tree writes them), but
+# never many: a count of outputs above both this and the values the file holds for them
+# is a damaged or hostile file, refused before per-output arrays are allocated (a 4 KB
+# XGBoost file claiming 2^31 - 1 classes made ``load`` allocate 16 GB).
+MAX_UNBACKED_OUTPUTS = 1024
+
+
+def check_outputs(n_outputs: int, values: int, where: str) -> None:
+    """Refuse ``n_outputs`` outputs when the model gives only ``values`` values that could
+    fill them (leaf weights, trees, base scores) and they are more than
+    :data:`MAX_UNBACKED_OUTPUTS`: memory stays proportional to the file."""
+    if n_outputs > max(values, MAX_UNBACKED_OUTPUTS):
+        raise ModelFormatError(f"{where}: {n_outputs} outputs, but the model gives only "
+                               f"{values} values for them")
+
+
 def build_forest(trees: Sequence[Tree], *, n_features: int, n_outputs: int,
                  base_score: Any = 0.0, linear_leaves: bool = False,
                  **model: Any) -> Forest:
@@ -92,6 +108,10 @@ def build_forest(trees: Sequence[Tree], *, n_features: int, n_outputs: int,
     ``model`` holds the Forest's model-level fields (``post_transform``, ``average``,
     ``input_dtype``, ``source``, ...). ``base_score`` broadcasts to ``n_outputs``.
     """
+    # A scalar tree writes one output, a tree of vector leaves its leaves' width.
+    check_outputs(n_outputs, np.size(base_score) + sum(
+        np.shape(t.leaf_value)[1] if np.ndim(t.leaf_value) == 2 else 1 for t in trees),
+        "forest")
     cols: dict[str, list[np.ndarray]] = {k: [] for k in (
         "feature", "threshold", "left", "right", "default_left", "split_op", "missing",
         "cat_offset", "cat_words", "leaf_value")}

@@ -399,13 +399,16 @@ def _validate(f: Forest) -> np.ndarray:
     is_root[offsets[:-1]] = True
     _fail(f, is_root & (indegree > 0), "the root is the child of another node (a cycle)")
     _fail(f, ~is_root & (indegree > 1), "has more than one parent")
+    # The children's global indices once: a level's step then costs its own nodes only
+    # (recomputed a level, they made a 100,000-deep chain take 49 s).
+    left, right = f.left + base, f.right + base
     depth = np.full(n, -1, dtype=np.int32)
     frontier = offsets[:-1].copy()
     level = 0
     while len(frontier):
         depth[frontier] = level
         frontier = frontier[internal[frontier]]
-        frontier = np.concatenate([(f.left + base)[frontier], (f.right + base)[frontier]])
+        frontier = np.concatenate([left[frontier], right[frontier]])
         level += 1
     _fail(f, depth < 0, "is unreachable from its root (a cycle or a dangling node)")
     depth.flags.writeable = False

@@ -4,8 +4,14 @@ An entry's key is everything a tuned configuration depends on: the model (a sha2
 the Forest's arrays and metadata), the batch size, the thread count, the CPU code is built
 for (LLVM's CPU name and feature string) and the SilvanForge version. A different model, CPU or
 version therefore misses and tunes afresh. The file is rewritten whole through a
-temporary file and ``os.replace``, so a reader never sees half of it; two processes
-writing at once may lose one entry (it is a cache: that only costs a re-tune).
+temporary file and ``os.replace``, so a reader never sees half of it; writers take an
+exclusive ``fcntl.flock`` on ``tuning.json.lock`` beside it for the whole
+read-modify-write, so processes storing at once lose no entry (where ``fcntl`` does not
+exist, Windows, a concurrent store may still lose one: it is a cache, that costs a
+re-tune). Every entry read is checked (a JSON object with a key object and a
+configuration :meth:`Configuration.from_json` accepts); the others are skipped with a
+:class:`~silvanforge.errors.SilvanForgeWarning`, so a damaged or foreign file costs a
+re-tune, never an error.
 
 The folder is ``$SILVANFORGE_CACHE_DIR``, else ``$XDG_CACHE_HOME/silvanforge``, else
 ``~/.cache/silvanforge``.
@@ -20,15 +26,24 @@ import hashlib
 import json
 import os
 import tempfile
+import warnings
+from contextlib import contextmanager
 from functools import lru_cache
-from typing import Any
+from typing import Any, Iterator
+
+try:
+    import fcntl
+except ImportError:  # Windows
+    fcntl = None
 
 import numpy as np
 
 from ..backends.cpu import Target
+from ..errors import ModelFormatError, SilvanForgeWarning
 from ..model import serialize
 from ..model.forest import Forest
 from ..version import __version__
+from .configuration import Configuration
 
 FILE_NAME = "tuning.json"
 
@@ -79,12 +94,33 @@ def _path() -> str:
 
 
 def _entries() -> list[dict[str, Any]]:
+    """The cache's valid entries (a warning names the invalid ones, which are dropped
+    at the next store)."""
     try:
         with open(_path()) as fh:
             data = json.load(fh)
     except (OSError, ValueError):  # no cache yet, or a damaged one: start afresh
         return []
-    return data.get("entries", []) if isinstance(data, dict) else []
+    entries = data.get("entries") if isinstance(data, dict) else None
+    if not isinstance(entries, list):
+        warnings.warn(f"tuning cache {_path()}: not a list of entries; ignored",
+                      SilvanForgeWarning, stacklevel=3)
+        return []
+    valid, errors = [], []
+    for i, entry in enumerate(entries):
+        try:
+            if not isinstance(entry, dict) or not isinstance(entry.get("key"), dict):
+                raise ModelFormatError("an entry is an object with a key object")
+            Configuration.from_json(entry.get("configuration"))
+        except ModelFormatError as exc:
+            errors.append(f"entry {i}: {exc}")
+        else:
+            valid.append(entry)
+    if errors:
+        warnings.warn(f"tuning cache {_path()}: skipped {len(errors)} invalid entr"
+                      f"{'y' if len(errors) == 1 else 'ies'} ({errors[0]})",
+                      SilvanForgeWarning, stacklevel=3)
+    return valid
 
 
 def lookup(key: dict[str, Any]) -> dict[str, Any] | None:
@@ -101,18 +137,30 @@ def lookup_any_batch(key: dict[str, Any]) -> dict[str, Any] | None:
     return matches[-1] if matches else None
 
 
+@contextmanager
+def _locked(folder: str) -> Iterator[None]:
+    """An exclusive lock on the cache among processes (a no-op without ``fcntl``)."""
+    if fcntl is None:
+        yield
+        return
+    with open(os.path.join(folder, FILE_NAME + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        yield
+
+
 def store(key: dict[str, Any], configuration: dict[str, Any]) -> str:
     """Add or replace the entry for ``key``; returns the cache file's path."""
-    entries = [e for e in _entries() if e.get("key") != key]
-    entries.append({"key": key, "configuration": configuration})
     folder = cache_dir()
     os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tuning-", suffix=".json", dir=folder)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump({"entries": entries}, fh, indent=1)
-        os.replace(tmp, _path())
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    with _locked(folder):  # no other writer between reading the entries and replacing
+        entries = [e for e in _entries() if e.get("key") != key]
+        entries.append({"key": key, "configuration": configuration})
+        fd, tmp = tempfile.mkstemp(prefix=".tuning-", suffix=".json", dir=folder)
+        try:
+            with os.fdopen(fd, "w") as fh:
+                json.dump({"entries": entries}, fh, indent=1)
+            os.replace(tmp, _path())
+        except BaseException:
+            os.unlink(tmp)
+            raise
     return _path()

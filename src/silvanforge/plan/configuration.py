@@ -8,8 +8,15 @@ stores and the planner reads, and an :class:`Axis` of a search template.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
+
+from ..errors import ModelFormatError
+from .plan import checked_jobs
+
+# The ``compile`` keywords a configuration may set beyond schedule, representation and
+# thread count, and their types (what a template axis with ``option=True`` may name).
+OPTIONS = {"tile_size": int, "tiling": str, "precision": str}
 
 
 @dataclass(frozen=True)
@@ -56,11 +63,39 @@ class Configuration:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "Configuration":
-        point = dict(data.get("point") or {})
+    def from_json(cls, data: Any) -> "Configuration":
+        """The configuration :meth:`to_json` wrote. It comes from a file (the tuning
+        cache): anything of the wrong shape raises :class:`ModelFormatError`."""
+        if not isinstance(data, dict):
+            raise ModelFormatError(f"a configuration is a JSON object, not {data!r:.40}")
+        unknown = set(data) - {f.name for f in fields(cls)}
+        if unknown:
+            raise ModelFormatError(f"unknown configuration fields {sorted(unknown)}")
+        for name, kind in (("schedule", str), ("representation", str)):
+            if not isinstance(data.get(name), kind):
+                raise ModelFormatError(f"configuration {name} {data.get(name)!r:.40} is "
+                                       f"not a {kind.__name__}")
+        options, point = data.get("options") or {}, data.get("point") or {}
+        if not isinstance(options, dict) or not isinstance(point, dict):
+            raise ModelFormatError("configuration options and point must be JSON objects")
+        for name, value in options.items():
+            if not isinstance(value, OPTIONS.get(name, ())) or isinstance(value, bool):
+                raise ModelFormatError(f"configuration option {name}={value!r:.40} is not "
+                                       "a compile option")
+        for name, kinds in (("batch_size", int), ("seconds", (int, float)),
+                            ("search", str)):
+            value = data.get(name)
+            if value is not None and (not isinstance(value, kinds) or
+                                      isinstance(value, bool)):
+                raise ModelFormatError(f"configuration {name} {value!r:.40} is not valid")
+        point = dict(point)
         if "walk" in point:  # JSON has no tuples
+            if not isinstance(point["walk"], list):
+                raise ModelFormatError(f"configuration walk {point['walk']!r:.40} is not a "
+                                       "list")
             point["walk"] = tuple(point["walk"])
-        return cls(**{**data, "point": point})
+        jobs = checked_jobs(data.get("n_jobs"), "configuration n_jobs", ModelFormatError)
+        return cls(**{**data, "options": dict(options), "point": point, "n_jobs": jobs})
 
     @classmethod
     def of(cls, result: Any, batch_size: int, search: str) -> "Configuration":

@@ -18,8 +18,41 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import InputError, ModelFormatError, SilvanForgeError
 from ..model.forest import Forest
+from ..representations import REGISTRY
 from ..schedule import Schedule
+
+# The most threads a predictor runs. OpenMP starts every thread asked for, each with its
+# own stack, and gives no error when it cannot: 100,000 crashed the process and 2**31
+# aborted it inside libgomp. 1024 is well above the cores of any one machine today.
+MAX_JOBS = 1024
+
+
+def checked_jobs(value: Any, source: str = "n_jobs",
+                 error: type[SilvanForgeError] = InputError) -> int:
+    """``value`` as a thread count: an int (Python's or numpy's, not a bool) from 1 to
+    :data:`MAX_JOBS`, else ``error`` naming ``source`` (where it came from) and the value.
+    Every thread count goes through here, whether a caller, the tuning cache or a saved
+    predictor gave it.
+
+    >>> checked_jobs(4)
+    4
+    """
+    if type(value) is int and 1 <= value <= MAX_JOBS:  # the common case, first
+        return value
+    if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)) \
+            and 1 <= value <= MAX_JOBS:
+        return int(value)
+    raise error(f"{source} must be an int from 1 to {MAX_JOBS}, not {value!r}")
+
+
+# The JSON types of a saved plan's fields (n_jobs and the representation are checked
+# apart): a file's plan is checked before anything is built from it.
+_SAVED_TYPES: dict[str, Any] = {
+    "target": str, "precision": str, "schedule": str, "cpu": (str, type(None)),
+    "small_schedule": (str, type(None)), "small_batch": int, "sized_threads": bool,
+    "rows_per_thread": int, "tile_size": int, "tiling": str}
 
 
 @dataclass(frozen=True, eq=False)
@@ -72,8 +105,22 @@ class Plan:
     def from_json(cls, forest: Forest, data: dict[str, Any],
                   node_tile: np.ndarray | None = None) -> "Plan":
         """The plan :meth:`to_json` wrote, for ``forest`` (its schedules read again)."""
+        if not isinstance(data, dict):
+            raise ModelFormatError(f"the plan is a JSON object, not {data!r:.40}")
         known = {f.name for f in fields(cls)} - {"forest", "node_tile"}
         values = {k: v for k, v in data.items() if k in known}
+        for name, kinds in _SAVED_TYPES.items():
+            if name in values and not (isinstance(values[name], kinds) and (
+                    isinstance(values[name], bool) == (kinds is bool))):
+                raise ModelFormatError(f"the plan's {name} {values[name]!r:.40} is not "
+                                       "valid")
+        if values.get("representation") not in REGISTRY:
+            raise ModelFormatError(f"the plan's representation "
+                                   f"{values.get('representation')!r:.40} is not one of "
+                                   f"{', '.join(sorted(REGISTRY))}")
+        # A saved plan is a file's word: its thread count reaches OpenMP as it is.
+        values["n_jobs"] = checked_jobs(values.get("n_jobs", 1), "the plan's n_jobs",
+                                        ModelFormatError)
         small = values.get("small_schedule")
         values["schedule"] = Schedule.parse(values["schedule"], forest.n_trees)
         values["small_schedule"] = Schedule.parse(small, forest.n_trees) if small else None

@@ -43,7 +43,7 @@ from ..schedule.library import GPU_SCHEDULES, LIBRARY
 from . import cache, gpu_template
 from .configuration import Configuration
 from .layout import plan_layout
-from .plan import Plan
+from .plan import MAX_JOBS, Plan, checked_jobs
 
 PRECISIONS = ("float32", "float64")
 # Batches of at most this many rows take the small-batch kernel when there is one
@@ -60,9 +60,10 @@ MIN_WALKS_PER_SLEEPING_THREAD = 120_000
 
 
 def default_jobs() -> int:
-    """The CPUs this process may use."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
+    """The CPUs this process may use (at most :data:`MAX_JOBS`)."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
         (os.cpu_count() or 1)
+    return min(cpus, MAX_JOBS)
 
 
 def rows_per_thread(forest: Forest) -> int:
@@ -144,7 +145,7 @@ def tuned_options(forest: Forest, schedule: Any, given: dict[str, Any],
     explicit = {k: v for k, v in given.items() if v is not None}
     if not isinstance(schedule, str):  # a Configuration
         return {**schedule.compile_kwargs(), **explicit}
-    jobs = explicit.get("n_jobs", default_jobs())
+    jobs = checked_jobs(explicit["n_jobs"]) if "n_jobs" in explicit else default_jobs()
     hit = cache.lookup_any_batch(cache.cache_key(forest, 0, jobs, cpu))
     if hit is None:
         return {**given, "schedule": None}
@@ -180,9 +181,7 @@ def make_plan(forest: Forest, target: str = "cpu", schedule: Any = None,
             "representation": representation, "precision": precision, "n_jobs": n_jobs,
             "tile_size": tile_size, "tiling": tiling, "profile": profile}, cpu))
     features = frozenset(cpu_target(cpu).enabled())
-    jobs = default_jobs() if n_jobs is None else int(n_jobs)
-    if jobs < 1:
-        raise InputError(f"n_jobs must be at least 1, not {jobs}")
+    jobs = default_jobs() if n_jobs is None else checked_jobs(n_jobs)
     layout = plan_layout(forest, tile_size, tiling, profile)
     forest = layout.forest
     chosen_precision = choose_precision(forest, precision)

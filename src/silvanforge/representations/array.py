@@ -117,10 +117,14 @@ def pushed_down(forest: Forest, depths: np.ndarray) -> tuple[np.ndarray, np.ndar
 def check_padded_size(slots: int, layout: str) -> None:
     """Refuse a layout of more than :data:`MAX_SLOTS` slots."""
     if slots > MAX_SLOTS:
+        # A tree d levels deep pads to 2^(d+1) - 1 slots: for a deep chain a number
+        # Python refuses to print (over 4300 digits), so the message gives the power of
+        # two below it.
         raise UnsupportedModelError(
-            f"the {layout} representation would pad this forest to {slots} node slots "
-            f"(more than {MAX_SLOTS}); its trees are too deep for a complete level-order "
-            f"layout: use representation='sparse'")
+            f"the {layout} representation would pad this forest to at least "
+            f"2^{slots.bit_length() - 1} node slots (more than MAX_SLOTS = {MAX_SLOTS}); "
+            "its trees are too deep for a complete level-order layout: use "
+            "representation='sparse'")
 
 
 class LevelOrderRepresentation(TableRepresentation):

@@ -41,8 +41,9 @@ def compile(model: Any, target: str = "cpu", schedule: Any = None,
     ``representation``: "array", "sparse", "reorg", "code" (trees as code) or "mask" (a
     tree's splits tested at once as vectors); "code" and "mask" are CPU-only.
     ``precision``: "float32" or "float64" thresholds (default: the model's input
-    precision, which keeps parity). ``n_jobs``: threads for parallel loops (default:
-    the CPUs this process may use). ``cpu``: the LLVM CPU to build for, "native" (the
+    precision, which keeps parity). ``n_jobs``: threads for parallel loops, an int from
+    1 to 1024 (``silvanforge.plan.plan.MAX_JOBS``; default: the CPUs this process may
+    use). ``cpu``: the LLVM CPU to build for, "native" (the
     default: this machine) or a name such as "x86-64-v3" or "znver4"; a predictor
     built for a CPU loads without recompiling on any machine with its features.
     ``schedule`` may also be a tuned ``silvanforge.tune.Configuration`` (keywords given

@@ -29,6 +29,7 @@ from ..lir.printer import print_lir
 from ..mir import lower as mir_lower, print_mir
 from ..model.inputs import as_rows
 from ..plan import Plan
+from ..plan.plan import checked_jobs
 from ..reference import check_output, shaped
 from .base import ForestShape, build_representation, model_arrays, transformed
 
@@ -63,6 +64,8 @@ class GPUPredictor(ForestShape):
         finish = self._finish.get(output)
         if finish is None:
             check_output(output)
+        if n_jobs is not None:  # ignored, but a wrong one is wrong here as on the CPU
+            checked_jobs(n_jobs)
         f = self.forest
         if self.target == "opencl":
             result = self._runner.run(as_rows(X, f), f.n_outputs, finish)

@@ -10,21 +10,26 @@ the common transforms, the transform, in the same float64 operations); a transfo
 kernel lacks is applied by :mod:`silvanforge.model.transforms`, and the output shape is
 :func:`silvanforge.reference.shaped`'s.
 
-Saved predictors are ``.npz`` archives read with ``allow_pickle=False``: the Forest as
-arrays and JSON, the plan, and the object code, which reloads without recompiling
-(and is refused, then rebuilt for this CPU, on a CPU that lacks the features it was
-built for: object code is code, run only where it was built to run).
-Pickling uses the same bytes.
+Saved predictors are ``.npz`` archives (uncompressed) read with ``allow_pickle=False``:
+the Forest as arrays and JSON, the plan, the object code, and a SHA-256 digest of all of
+these, checked on loading. The object code reloads without recompiling, only when the
+caller trusts it (``load_predictor(path, trust_code=True)``, the default: a saved
+predictor is a program) and only on a CPU with the features it was built for (else it
+is rebuilt for this CPU: object code is code, run only where it was built to run);
+``trust_code=False`` rebuilds every kernel from the model data and the plan.
+Pickling uses the same bytes, with the code trusted (unpickling runs code anyway).
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import itertools
 import logging
 import os
 import time
 import warnings
+import zipfile
 from dataclasses import replace
 from typing import Any
 
@@ -40,17 +45,19 @@ from ..model import serialize
 from ..model.forest import Forest
 from ..model.inputs import as_rows
 from ..plan import Plan
+from ..plan.plan import checked_jobs
 from ..plan.planner import SMALL_BATCH, cpu_target, rows_per_thread
 from ..reference import check_output
 from ..representations import REGISTRY
 from ..schedule import Schedule
-from . import gc_pause
+from . import fork, gc_pause
 from .base import ForestShape, build_representation, model_arrays, transformed
 
 # 2: kernels finish their rows (a ``finish`` argument). 3: a kernel's code may be several
 # object files. 4: the plan (schedules, layout, threads, CPU) replaces the options.
-# Older archives load with their code rebuilt.
-FORMAT_VERSION = 4
+# 5: a SHA-256 digest of the other members (``digest``). Older archives load with their
+# code rebuilt: they have no digest, so their code is never run.
+FORMAT_VERSION = 5
 DUMP_LEVELS = ("plan", "hir", "mir", "lir", "llvm")
 # A one-row call is half Python: a global is read faster than a module's.
 _SCORE = kernel_finish.SCORE
@@ -99,9 +106,9 @@ def _compiled(kernels: list[_Kernel], plan: Plan) -> None:
         kernel.bind(codes.pop(0) if kernel.code is None else None)
 
 
-def _object_files(archive: Any, kernel: int) -> tuple[bytes, ...]:
+def _object_files(archive: dict[str, np.ndarray], kernel: int) -> tuple[bytes, ...]:
     """A saved kernel's object files: ``object_code_<kernel>_0``, ``_1``, ... ."""
-    names = itertools.takewhile(archive.files.__contains__,
+    names = itertools.takewhile(archive.__contains__,
                                 (f"object_code_{kernel}_{j}" for j in itertools.count()))
     return tuple(archive[name].tobytes() for name in names)
 
@@ -170,9 +177,9 @@ class Predictor(ForestShape):
     def predict(self, X: Any, output: str = "value", n_jobs: int | None = None) -> np.ndarray:
         """Predict like the source library (the conventions of ``reference.predict``).
 
-        ``n_jobs`` overrides the thread count given to ``compile`` for this call. With the
-        schedule left to SilvanForge, a call uses at most one thread per 128 rows (a
-        thread with fewer costs more to wake than it saves), and under
+        ``n_jobs`` (an int from 1 to 1024) overrides the thread count given to ``compile``
+        for this call. With the schedule left to SilvanForge, a call uses at most one
+        thread per 128 rows (a thread with fewer costs more to wake than it saves), and under
         ``OMP_WAIT_POLICY=passive``, whose threads sleep between calls, one per 120,000
         walks (rows x trees) as well; an explicit schedule gets exactly ``n_jobs``
         threads.
@@ -184,12 +191,7 @@ class Predictor(ForestShape):
         finish = self._finish.get(output)
         if finish is None:
             check_output(output)
-        if n_jobs is None:
-            threads = self._jobs
-        else:
-            threads = int(n_jobs)
-            if threads < 1:
-                raise InputError(f"n_jobs must be at least 1, not {threads}")
+        threads = self._jobs if n_jobs is None else checked_jobs(n_jobs)
         # A 2-D ndarray goes to the kernel as it is, whose entry checks the rest of its
         # layout; one that does not fit, and anything else, is converted first.
         rows = X if type(X) is np.ndarray and X.ndim == 2 else as_rows(X, self.forest)
@@ -205,6 +207,8 @@ class Predictor(ForestShape):
             # A schedule of SilvanForge's (row blocks in parallel): sized to the call.
             if n < threads * self._rows_per_thread:
                 threads = n // self._rows_per_thread or 1
+            if threads > 1:
+                threads = fork.threads(threads)
         if not (n and not kernel.has_scratch and kernel.call(rows, n, result, threads,
                                                               finish)):
             self._run_again(X, rows, result, kernel, threads, finish)
@@ -256,48 +260,63 @@ class Predictor(ForestShape):
 
     # ---- persistence ---------------------------------------------------------------------
     def to_bytes(self) -> bytes:
+        """The saved predictor: an ``.npz`` archive (module docstring) of the model data,
+        the plan and the machine code, with a SHA-256 digest of every other member."""
         arrays, meta = serialize.to_arrays(self.forest)
         t = self.kernel.target
         header = {"format": FORMAT_VERSION, "forest": meta, "plan": self.plan.to_json(),
                   "target": [t.triple, t.cpu, t.features]}
-        codes = {f"object_code_{i}_{j}": np.frombuffer(obj, dtype=np.uint8)
-                 for i, k in enumerate(filter(None, (self._main, self._small)))
-                 for j, obj in enumerate(k.code.object_code)}
+        members = {f"forest_{k}": v for k, v in arrays.items()}
+        members["header"] = serialize.dumps_meta(header)
+        members.update({f"object_code_{i}_{j}": np.frombuffer(obj, dtype=np.uint8)
+                        for i, k in enumerate(filter(None, (self._main, self._small)))
+                        for j, obj in enumerate(k.code.object_code)})
         if self.plan.node_tile is not None:
-            codes["node_tile"] = np.asarray(self.plan.node_tile)
+            members["node_tile"] = np.asarray(self.plan.node_tile)
+        files = {f"{name}.npy": _npy(value) for name, value in members.items()}
+        files[_DIGEST] = _npy(np.frombuffer(_digest(files), dtype=np.uint8))
         buf = io.BytesIO()
-        np.savez(buf, **{f"forest_{k}": v for k, v in arrays.items()},
-                 header=serialize.dumps_meta(header), **codes)
+        with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as archive:
+            for name, content in files.items():
+                archive.writestr(name, content)
         return buf.getvalue()
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> "Predictor":
+    def from_bytes(cls, data: bytes, trust_code: bool = True) -> "Predictor":
+        """The predictor :meth:`to_bytes` wrote. With ``trust_code`` its machine code is
+        loaded and will run; without, the code is ignored and the kernels are compiled
+        afresh from the model data and the plan (:func:`load_predictor` says when to use
+        which)."""
         try:
-            archive = np.load(io.BytesIO(data), allow_pickle=False)
+            archive, has_digest = _read_archive(data)
             header = serialize.loads_meta(archive["header"])
             fmt = header.get("format")
-            if fmt not in range(1, FORMAT_VERSION + 1):
+            # JSON's true is Python's 1 in a range: only an int names a format.
+            if type(fmt) is not int or fmt not in range(1, FORMAT_VERSION + 1):
                 raise ModelFormatError(f"predictor format {fmt!r} is not {FORMAT_VERSION}")
-            arrays = {k[len("forest_"):]: archive[k] for k in archive.files
+            if fmt == FORMAT_VERSION and not has_digest:
+                raise ModelFormatError("the archive has no digest")
+            arrays = {k[len("forest_"):]: v for k, v in archive.items()
                       if k.startswith("forest_")}
             forest = serialize.from_arrays(arrays, header["forest"])
-            node_tile = archive["node_tile"] if "node_tile" in archive.files else None
-            saved = header["plan"] if fmt == FORMAT_VERSION else _plan_of_options(
-                header["options"])
+            node_tile = archive.get("node_tile")
+            saved = header["plan"] if fmt >= 4 else _plan_of_options(header["options"])
             # Threads are sized for the process that predicts (its OpenMP wait policy).
             plan = replace(Plan.from_json(forest, saved, node_tile),
                            rows_per_thread=rows_per_thread(forest))
             target = Target(*header["target"])
             codes = tuple(_object_files(archive, i) for i in range(len(plan.schedules)))
             if fmt != FORMAT_VERSION:
+                # Older formats have no digest, and their kernels' signatures may differ.
                 warnings.warn(f"predictor saved in format {fmt} (an older SilvanForge): "
                               "recompiling its kernels", stacklevel=3)
                 codes = ()
         except SilvanForgeError:
             raise
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+        except (OSError, ValueError, KeyError, TypeError, EOFError,
+                zipfile.BadZipFile) as exc:
             raise ModelFormatError(f"not a saved SilvanForge predictor ({exc})") from None
-        return cls(plan, codes, target)
+        return cls(plan, codes if trust_code else (), target)
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the predictor (model, plan and machine code) to ``path``.
@@ -309,11 +328,65 @@ class Predictor(ForestShape):
             fh.write(self.to_bytes())
 
     def __reduce__(self) -> tuple:
+        # Unpickling runs whatever the pickle names: a pickle is trusted, and so its code.
         return (Predictor.from_bytes, (self.to_bytes(),))
 
 
-def load_predictor(path: str | os.PathLike) -> Predictor:
-    """Load a predictor written by :meth:`Predictor.save`, without recompiling."""
+# The archive member holding the SHA-256 of every other member.
+_DIGEST = "digest.npy"
+
+
+def _npy(value: np.ndarray) -> bytes:
+    """``value`` as a ``.npy`` file (what ``np.savez`` writes for a member)."""
+    buf = io.BytesIO()
+    np.lib.format.write_array(buf, np.asanyarray(value), allow_pickle=False)
+    return buf.getvalue()
+
+
+def _digest(files: dict[str, bytes]) -> bytes:
+    """SHA-256 of an archive's members but the digest: each name, length and content,
+    in name order (a member renamed, moved or cut changes it)."""
+    digest = hashlib.sha256()
+    for name in sorted(files):
+        if name != _DIGEST:
+            digest.update(f"{name}\0{len(files[name])}\0".encode())
+            digest.update(files[name])
+    return digest.digest()
+
+
+def _read_archive(data: bytes) -> tuple[dict[str, np.ndarray], bool]:
+    """The members of a saved predictor as arrays (by name, without ``.npy``), checked
+    against its digest when it has one, and whether it had one. Members must be stored
+    uncompressed (as ``np.savez`` and :meth:`Predictor.to_bytes` write them), so reading
+    takes no more memory than the file's size."""
+    with zipfile.ZipFile(io.BytesIO(data)) as z:
+        infos = z.infolist()
+        packed = [i.filename for i in infos if i.compress_type != zipfile.ZIP_STORED]
+        if packed:
+            raise ModelFormatError(f"compressed members ({', '.join(packed[:3])})")
+        raw = {i.filename: z.read(i) for i in infos}  # checks each member's CRC
+    if _DIGEST in raw and raw[_DIGEST] != _npy(np.frombuffer(_digest(raw), np.uint8)):
+        raise ModelFormatError("the digest does not match the contents (the file was "
+                               "changed or damaged)")
+    return {name[:-len(".npy")]: np.lib.format.read_array(io.BytesIO(content),
+                                                          allow_pickle=False)
+            for name, content in raw.items() if name.endswith(".npy") and name != _DIGEST}, \
+        _DIGEST in raw
+
+
+def load_predictor(path: str | os.PathLike, trust_code: bool = True) -> Predictor:
+    """Load a predictor written by :meth:`Predictor.save`.
+
+    A saved predictor holds machine code, and ``trust_code=True`` (the default) loads
+    and runs it without recompiling: that is running a program, like unpickling, and
+    only for files you (or whoever you trust as much as your own code) wrote. With
+    ``trust_code=False`` the code is ignored and the kernels are compiled again from
+    the file's model data and plan, which are read as data only: use it for a file from
+    elsewhere. The file's digest is checked either way (it finds damage, not intent:
+    whoever can write the file can write its digest).
+
+    >>> silvanforge.load_predictor("model.sfp", trust_code=False)  # doctest: +SKIP
+    """
     try:
         with open(path, "rb") as fh:
             data = fh.read()
@@ -321,7 +394,7 @@ def load_predictor(path: str | os.PathLike) -> Predictor:
         raise ModelFormatError(f"{os.fspath(path)}: cannot read: {exc.strerror or exc}") \
             from None
     try:
-        return Predictor.from_bytes(data)
+        return Predictor.from_bytes(data, trust_code)
     except SilvanForgeError as exc:
         raise type(exc)(f"{os.fspath(path)}: {exc}") from None
 

@@ -29,6 +29,7 @@ from ..model.forest import Forest
 from ..model.inputs import as_rows
 from ..plan import cache
 from ..plan.configuration import Configuration
+from ..plan.plan import checked_jobs
 from ..plan.planner import default_jobs
 from .cached import cached_search
 
@@ -80,9 +81,7 @@ def tune(model: Any, X_sample: Any, target: str = "cpu", batch_size: int | None 
         return tune_gpu(forest, _sample(forest, X_sample, batch_size), target, budget_s,
                         exhaustive, use_cache, progress)
     forest = load(model)
-    jobs = default_jobs() if n_jobs is None else int(n_jobs)
-    if jobs < 1:
-        raise InputError(f"n_jobs must be at least 1, not {jobs}")
+    jobs = default_jobs() if n_jobs is None else checked_jobs(n_jobs)
     rows = _sample(forest, X_sample, batch_size)
     def search() -> list:
         evaluator = explore.Evaluator(forest, rows, progress=progress)
