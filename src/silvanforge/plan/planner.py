@@ -168,7 +168,7 @@ def make_plan(forest: Forest, target: str = "cpu", schedule: Any = None,
     :func:`silvanforge.compile` for each; the module docstring says how what is left
     open is chosen).
 
-    >>> print(make_plan(forest, schedule="xgboost").schedule)   # doctest: +SKIP
+    >>> print(make_plan(forest, schedule="one_tree_at_a_time").schedule)  # doctest: +SKIP
     reorder(tree, batch)
     """
     device = target_info(target).device
