@@ -212,7 +212,9 @@ def _logging(verbose: int) -> Iterator[None]:
         logger.setLevel(level)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The ``silvanforge`` command line (also read by the docs' CLI reference,
+    tools/mkdocs_hooks.py)."""
     parser = argparse.ArgumentParser(
         prog="silvanforge", description="Decision-forest inference compiler.")
     parser.add_argument("--version", action="version", version=f"silvanforge {__version__}")
@@ -326,7 +328,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         # before it.
         command.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS,
                              help=verbose_help)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     try:
         with _logging(args.verbose):
             args.run(args)
