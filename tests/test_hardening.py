@@ -470,3 +470,20 @@ def test_a_build_worker_is_replaced_after_its_share_and_builds_the_same(monkeypa
         homes.append(build._HOME[0])
     assert homes[0] is homes[1] and homes[2] is homes[3] and homes[1] is not homes[2]
     assert homes[0].process is None and homes[3].process is None  # both retired
+
+
+# ---- found by fuzz/harness.py ------------------------------------------------------------
+
+@pytest.mark.parametrize("header", [
+    b"{'descr': '<f8', 'fortran_order': False, 'shape': (3,",  # raw tokenize.TokenError
+    b"{'descr': '<f8', 'fortran_order': False, 'shape': (10**12,), }",
+    b"{'descr': '<f8', 'fortran_order': False, 'shape': (2**62, 2**62), }",
+    b"{'descr': 'O', 'fortran_order': False, 'shape': (1,), }",
+    b"{'descr': '<f8' 'fortran_order': False, 'shape': (3,), }",
+    b"not a dict at all"], ids=range(6))
+def test_a_damaged_npy_header_is_a_format_error(saved, header):
+    """A member whose .npy header is damaged, with a digest that matches it."""
+    member = b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header + bytes(24)
+    members = {**_members(saved), "forest_feature.npy": member}
+    with pytest.raises(ModelFormatError, match="forest_feature.npy"):
+        Predictor.from_bytes(_archive(members, redigest=True), trust_code=False)
