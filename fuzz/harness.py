@@ -82,7 +82,8 @@ def predictor(data: bytes) -> None:
         members = {}
         for part in blob.split(MEMBER):
             name, _, content = part.partition(b"\n")
-            members[name.decode("utf-8", "replace")] = content
+            if name:  # a zip member needs a name
+                members[name.decode("utf-8", "replace")] = content
         blob = seal(members)
     try:
         loaded = saved.Predictor.from_bytes(blob, trust_code=False)
