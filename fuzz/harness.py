@@ -82,7 +82,9 @@ def predictor(data: bytes) -> None:
         members = {}
         for part in blob.split(MEMBER):
             name, _, content = part.partition(b"\n")
-            if name:  # a zip member needs a name
+            # zipfile cuts a name at its first NUL, and a member needs a name.
+            name = name.split(b"\0")[0]
+            if name:
                 members[name.decode("utf-8", "replace")] = content
         blob = seal(members)
     try:
