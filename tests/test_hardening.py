@@ -487,3 +487,23 @@ def test_a_damaged_npy_header_is_a_format_error(saved, header):
     members = {**_members(saved), "forest_feature.npy": member}
     with pytest.raises(ModelFormatError, match="forest_feature.npy"):
         Predictor.from_bytes(_archive(members, redigest=True), trust_code=False)
+
+
+def _central_directory_changed(data: bytes, offset: int, value: int) -> bytes:
+    """``data`` with a 2-byte field of every central directory entry set to ``value``."""
+    out = bytearray(data)
+    at = out.find(b"PK\x01\x02")
+    while at != -1:
+        out[at + offset:at + offset + 2] = value.to_bytes(2, "little")
+        at = out.find(b"PK\x01\x02", at + 4)
+    return bytes(out)
+
+
+@pytest.mark.parametrize("offset, value", [
+    (6, 160),  # needs zip version 16.0: a raw NotImplementedError from zipfile
+    (8, 1)],  # encrypted: a raw RuntimeError ("password required for extraction")
+    ids=["version", "encrypted"])
+def test_a_zip_feature_zipfile_lacks_is_a_format_error(saved, offset, value):
+    with pytest.raises(ModelFormatError, match="not a saved SilvanForge predictor"):
+        Predictor.from_bytes(_central_directory_changed(saved, offset, value),
+                             trust_code=False)

@@ -361,12 +361,17 @@ def _read_archive(data: bytes) -> tuple[dict[str, np.ndarray], bool]:
     against its digest when it has one, and whether it had one. Members must be stored
     uncompressed (as ``np.savez`` and :meth:`Predictor.to_bytes` write them), so reading
     takes no more memory than the file's size."""
-    with zipfile.ZipFile(io.BytesIO(data)) as z:
-        infos = z.infolist()
-        packed = [i.filename for i in infos if i.compress_type != zipfile.ZIP_STORED]
-        if packed:
-            raise ModelFormatError(f"compressed members ({', '.join(packed[:3])})")
-        raw = {i.filename: z.read(i) for i in infos}  # checks each member's CRC
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as z:
+            infos = z.infolist()
+            packed = [i.filename for i in infos if i.compress_type != zipfile.ZIP_STORED]
+            if packed:
+                raise ModelFormatError(f"compressed members ({', '.join(packed[:3])})")
+            raw = {i.filename: z.read(i) for i in infos}  # checks each member's CRC
+    except RuntimeError as exc:
+        # zipfile's answer to a zip version it does not know (NotImplementedError) and
+        # to an encrypted member (found by fuzz/harness.py).
+        raise ModelFormatError(f"not a saved SilvanForge predictor ({exc})") from None
     if _DIGEST in raw and raw[_DIGEST] != _npy(np.frombuffer(_digest(raw), np.uint8)):
         raise ModelFormatError("the digest does not match the contents (the file was "
                                "changed or damaged)")
