@@ -460,6 +460,7 @@ def test_a_build_worker_is_replaced_after_its_share_and_builds_the_same(monkeypa
     """Workers hold the pipeline's leak: each is replaced after BUILDS_PER_WORKER modules,
     and the object code does not depend on which process built it."""
     monkeypatch.setattr(build, "BUILDS_PER_WORKER", 2)
+    monkeypatch.setattr(build, "_HOME", [])  # not one that earlier builds have used
     target = jit.Target.host()
     args = (target.triple, target.cpu, target.features, 2)
     text = "define double @f(double %x) {\n  %y = fmul double %x, 3.0\n  ret double %y\n}"
