@@ -377,7 +377,8 @@ def test_outputs_only_the_base_score_gives_are_allowed_up_to_the_bound():
 @pytest.mark.parametrize("plan", [
     "sparse", {"schedule": True}, {"representation": 1.5}, {"representation": "dense"},
     {"tile_size": {"a": 1}}, {"small_schedule": -1}, {"sized_threads": 1},
-    {"precision": []}, {"n_jobs": 2**31}])
+    {"precision": []}, {"n_jobs": 2**31},
+    {"small_batch": 8, "small_schedule": None}])  # predict raised a raw AttributeError
 def test_a_plan_of_the_wrong_shape_is_a_format_error(saved, plan):
     """Found by mutating a saved plan's fields (with a digest to match): raw
     AttributeError, KeyError and TypeError came out of loading."""
