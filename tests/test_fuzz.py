@@ -7,6 +7,10 @@ Forest it returns must predict without error: whatever a file says, nothing cras
 
 from __future__ import annotations
 
+import glob
+import importlib.util
+import json
+import os
 import re
 
 import numpy as np
@@ -16,6 +20,8 @@ from hypothesis import given, settings, strategies as st
 import silvanforge
 from silvanforge import reference
 from silvanforge.errors import SilvanForgeError
+from silvanforge.plan import planner
+from silvanforge.runtime.predictor import Predictor
 
 
 def _data(n=200, d=4, seed=0):
@@ -108,3 +114,41 @@ def test_damaged_files_raise_our_errors_or_load_whole(name, data):
 def test_the_undamaged_files_load(name):
     forest = silvanforge.load(_valid(name))
     assert forest.n_trees >= 1
+
+
+# ---- fuzz/: the atheris harnesses and their seeds ----------------------------------------
+
+FUZZ = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fuzz")
+
+
+@pytest.fixture(scope="module")
+def harness():
+    pytest.importorskip("atheris")
+    spec = importlib.util.spec_from_file_location("silvanforge_fuzz_harness",
+                                                  os.path.join(FUZZ, "harness.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("kind", ["xgboost_json", "xgboost_ubjson", "lightgbm_text", "onnx",
+                                  "predictor", "tuning_cache"])
+def test_each_harness_passes_its_seeds(harness, kind, monkeypatch, tmp_path):
+    """The committed seeds are valid inputs of their kind (a corpus of rejected files
+    would fuzz nothing but the first checks), and the harness passes each."""
+    monkeypatch.setenv("SILVANFORGE_CACHE_DIR", str(tmp_path))  # the harness moves it
+    seeds = sorted(glob.glob(os.path.join(FUZZ, "corpus", kind, "seed-*")))
+    assert seeds
+    for seed in seeds:
+        with open(seed, "rb") as fh:
+            data = fh.read()
+        harness.HARNESSES[kind](data)
+        if kind in ("xgboost_json", "xgboost_ubjson", "lightgbm_text", "onnx"):
+            silvanforge.load(data)
+        elif kind == "predictor" and data[0] == 0:
+            Predictor.from_bytes(data[1:], trust_code=False)
+        elif kind == "tuning_cache":  # the entry is found: the tuned options are used
+            options = planner.tuned_options(harness._cache_state["forest"], "auto",
+                                            {"n_jobs": 1}, "native")
+            assert options["schedule"] == json.loads(data)["entries"][0]["configuration"][
+                "schedule"]

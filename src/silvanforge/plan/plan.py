@@ -122,6 +122,11 @@ class Plan:
         values["n_jobs"] = checked_jobs(values.get("n_jobs", 1), "the plan's n_jobs",
                                         ModelFormatError)
         small = values.get("small_schedule")
+        # Batches of up to small_batch rows run the small-batch kernel, which only a
+        # small schedule gives (fuzz/: predict raised a raw AttributeError without one).
+        if values.get("small_batch", 0) > 0 and not small:
+            raise ModelFormatError(f"the plan's small_batch {values['small_batch']} has no "
+                                   "small_schedule")
         values["schedule"] = Schedule.parse(values["schedule"], forest.n_trees)
         values["small_schedule"] = Schedule.parse(small, forest.n_trees) if small else None
         return cls(forest=forest, node_tile=node_tile, **values)

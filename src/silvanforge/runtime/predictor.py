@@ -26,8 +26,10 @@ import hashlib
 import io
 import itertools
 import logging
+import math
 import os
 import time
+import tokenize
 import warnings
 import zipfile
 from dataclasses import replace
@@ -359,19 +361,45 @@ def _read_archive(data: bytes) -> tuple[dict[str, np.ndarray], bool]:
     against its digest when it has one, and whether it had one. Members must be stored
     uncompressed (as ``np.savez`` and :meth:`Predictor.to_bytes` write them), so reading
     takes no more memory than the file's size."""
-    with zipfile.ZipFile(io.BytesIO(data)) as z:
-        infos = z.infolist()
-        packed = [i.filename for i in infos if i.compress_type != zipfile.ZIP_STORED]
-        if packed:
-            raise ModelFormatError(f"compressed members ({', '.join(packed[:3])})")
-        raw = {i.filename: z.read(i) for i in infos}  # checks each member's CRC
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as z:
+            infos = z.infolist()
+            packed = [i.filename for i in infos if i.compress_type != zipfile.ZIP_STORED]
+            if packed:
+                raise ModelFormatError(f"compressed members ({', '.join(packed[:3])})")
+            raw = {i.filename: z.read(i) for i in infos}  # checks each member's CRC
+    except RuntimeError as exc:
+        # zipfile's answer to a zip version it does not know (NotImplementedError) and
+        # to an encrypted member (found by fuzz/harness.py).
+        raise ModelFormatError(f"not a saved SilvanForge predictor ({exc})") from None
     if _DIGEST in raw and raw[_DIGEST] != _npy(np.frombuffer(_digest(raw), np.uint8)):
         raise ModelFormatError("the digest does not match the contents (the file was "
                                "changed or damaged)")
-    return {name[:-len(".npy")]: np.lib.format.read_array(io.BytesIO(content),
-                                                          allow_pickle=False)
+    return {name[:-len(".npy")]: _read_npy(name, content)
             for name, content in raw.items() if name.endswith(".npy") and name != _DIGEST}, \
         _DIGEST in raw
+
+
+def _read_npy(name: str, content: bytes) -> np.ndarray:
+    """One ``.npy`` member as an array; its header is checked against its length before
+    anything is allocated. numpy parses the header with Python's tokenizer and
+    ``ast.literal_eval``, so a damaged one raises their errors too (fuzz/: a header cut
+    inside its dict raised a raw ``tokenize.TokenError``)."""
+    stream = io.BytesIO(content)
+    try:
+        version = np.lib.format.read_magic(stream)
+        if version == (1, 0):
+            shape, _, dtype = np.lib.format.read_array_header_1_0(stream)
+        elif version == (2, 0):
+            shape, _, dtype = np.lib.format.read_array_header_2_0(stream)
+        else:
+            raise ValueError(f"npy format {version}")
+        if dtype.hasobject or math.prod(shape) * dtype.itemsize != len(content) - stream.tell():
+            raise ValueError("the array's size is not its data's")
+        stream.seek(0)
+        return np.lib.format.read_array(stream, allow_pickle=False)
+    except (ValueError, TypeError, SyntaxError, OverflowError, tokenize.TokenError) as exc:
+        raise ModelFormatError(f"member {name}: not an array ({exc})") from None
 
 
 def load_predictor(path: str | os.PathLike, trust_code: bool = True) -> Predictor:

@@ -10,6 +10,14 @@ started on first use and kept for the life of the process: they never import the
 caller's ``__main__`` (as ``multiprocessing`` would), nor SilvanForge: this module imports
 only llvmlite and the standard library. A worker that cannot be started or dies leaves
 its modules to this process, with the same result.
+
+This process runs no LLVM pass itself either: its share of every build (the main
+module, the modules no worker started, a one-core machine's single module) goes to a
+"home" worker (:func:`build`), because running llvmlite 0.50's optimisation pipeline
+keeps ~55-150 KB per module that no closing or reuse of its objects gives back (a
+compiled-and-dropped predictor cost ~150 KB for good). Every worker is replaced after
+:data:`BUILDS_PER_WORKER` modules, so what the leak holds stays bounded and leaves with
+the process; the object code is the same wherever it is built.
 """
 
 from __future__ import annotations
@@ -29,6 +37,42 @@ import llvmlite.binding as llvm
 
 class BuildError(RuntimeError):
     """LLVM refused a module (invalid IR: a bug of the renderer)."""
+
+
+#: Modules a worker builds before it is replaced: at the leak's ~150 KB a module, a
+#: worker holds at most ~15 MB of it, and its start (~0.2 s) is paid once per 100 builds.
+BUILDS_PER_WORKER = 100
+
+
+def build(text: str, triple: str, cpu: str, features: str,
+          opt: int) -> tuple[bytes, str]:
+    """:func:`build_object`'s answer, built by this process's home worker (so that the
+    pipeline's leak is not this process's); built here when no worker can be had.
+
+    >>> obj, ir = build("define void @f() { ret void }", llvm.get_process_triple(),
+    ...                 "", "", 2)
+    >>> "define void @f()" in ir
+    True
+    """
+    target = (triple, cpu, features, opt)
+    with _HOME_LOCK:
+        home = _HOME[0] if _HOME else None
+        if home is None or not home.alive():
+            try:
+                home = _Worker()
+            except OSError:  # no way to start a process here
+                home = None
+            _HOME[:] = [home] if home is not None else []
+        if home is not None:
+            try:
+                answer = home.exchange(target, text)
+            except (OSError, ValueError, struct.error):
+                home.close()
+            else:
+                if isinstance(answer, BuildError):
+                    raise answer
+                return answer
+    return build_object(text, *target)
 
 
 def build_object(text: str, triple: str, cpu: str, features: str,
@@ -93,7 +137,7 @@ class ParallelBuild:
         for the others: (object, optimised IR) of ``main``, then of each submitted
         module in order. ``progress`` is called as each module is done (in order)."""
         self.close()
-        results = [build_object(main, *self.target)]
+        results = [build(main, *self.target)]
         if progress is not None:
             progress()
         while True:
@@ -145,7 +189,7 @@ class _Job:
 
     def build(self, target: tuple[str, str, str, int]) -> None:
         try:
-            self.answer = build_object(self.text, *target)
+            self.answer = build(self.text, *target)
         except BuildError as exc:
             self.answer = exc
         self.done.set()
@@ -166,6 +210,12 @@ class _Worker:
             [sys.executable, "-c", boot], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         self.lock = threading.Lock()
         self.pid = os.getpid()  # a forked child must not talk to its parent's workers
+        self.builds = 0
+
+    def alive(self) -> bool:
+        """Still running, this process's, and not due for replacement."""
+        return (self.process is not None and self.process.poll() is None
+                and self.pid == os.getpid())
 
     def exchange(self, target: tuple[str, str, str, int],
                  text: str) -> tuple[bytes, str] | BuildError:
@@ -178,6 +228,9 @@ class _Worker:
             self.process.stdin.flush()  # type: ignore[union-attr]
             status = _read_frame(self.process.stdout)
             first, second = _read_frame(self.process.stdout), _read_frame(self.process.stdout)
+            self.builds += 1
+            if self.builds >= BUILDS_PER_WORKER:
+                self.close()  # the next use starts a fresh one (see the module's doc)
         if status == b"error":
             return BuildError(first.decode())
         return first, second.decode()
@@ -191,13 +244,14 @@ class _Worker:
 
 _WORKERS: list[_Worker] = []
 _POOL_LOCK = threading.Lock()  # predictors may be compiled in several threads
+_HOME: list[_Worker] = []  # the worker that builds this process's share (see build)
+_HOME_LOCK = threading.Lock()
 
 
 def _pool(wanted: int) -> list[_Worker]:
     """Up to ``wanted`` live workers, one per core beyond this process's."""
     with _POOL_LOCK:
-        _WORKERS[:] = [w for w in _WORKERS if w.process is not None
-                       and w.process.poll() is None and w.pid == os.getpid()]
+        _WORKERS[:] = [w for w in _WORKERS if w.alive()]
         while len(_WORKERS) < min(wanted, cores() - 1):
             try:
                 _WORKERS.append(_Worker())
@@ -208,7 +262,7 @@ def _pool(wanted: int) -> list[_Worker]:
 
 @atexit.register
 def _close_workers() -> None:
-    for worker in _WORKERS:
+    for worker in _WORKERS + _HOME:
         if worker.pid == os.getpid():
             worker.close()
 

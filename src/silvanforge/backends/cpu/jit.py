@@ -73,8 +73,8 @@ def compile_kernel(kernel: ir.Kernel, *, opt: int = 2,
     instructions = _instructions(module) + (pieces.submitted if pieces else 0)
     try:
         if pieces is None or pieces.build is None:
-            built = [build.build_object(str(module), target.triple, target.cpu,
-                                        target.features, opt)]
+            built = [build.build(str(module), target.triple, target.cpu,
+                                  target.features, opt)]
         else:
             modules = len(pieces.build.jobs) + 1
             seconds = instructions * LLVM_S_PER_INSTRUCTION / min(build.cores(), modules)
