@@ -509,3 +509,19 @@ def test_a_zip_feature_zipfile_lacks_is_a_format_error(saved, offset, value):
     with pytest.raises(ModelFormatError, match="not a saved SilvanForge predictor"):
         Predictor.from_bytes(_central_directory_changed(saved, offset, value),
                              trust_code=False)
+
+
+def test_a_leaf_s_feature_never_reaches_compiled_code(saved, rows):
+    # Found by the predictor fuzz harness: a leaf's feature 2^24 in a saved predictor
+    # (digest matching) loaded, and padded walks load a leaf's feature like a split's,
+    # past the row. A leaf's feature is now 0 whatever the file says.
+    members = _members(saved)
+    feature = np.load(io.BytesIO(members["forest_feature.npy"]))
+    left = np.load(io.BytesIO(members["forest_left.npy"]))
+    leaf = np.flatnonzero(left < 0)[0]
+    feature[leaf] = 1 << 24
+    members["forest_feature.npy"] = _npy(feature)
+    loaded = Predictor.from_bytes(_archive(members, redigest=True), trust_code=False)
+    assert loaded.forest.feature[leaf] == 0
+    np.testing.assert_allclose(loaded.predict(rows),
+                               silvanforge.reference.predict(loaded.forest, rows))

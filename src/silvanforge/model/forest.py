@@ -143,6 +143,12 @@ class Forest:
         set_ = object.__setattr__
         for name, dtype in _NODE_ARRAYS.items():
             set_(self, name, _frozen(getattr(self, name), dtype))
+        # A leaf's feature means nothing, but padded and self-looping walks load it like a
+        # split's: it is 0 whatever the source said, so compiled code never reads past a
+        # row (a saved predictor's leaf feature of 2^24 did; the fuzz harness found it).
+        if self.feature.shape == self.left.shape:
+            set_(self, "feature", _frozen(np.where(self.left < 0, 0, self.feature),
+                                          _NODE_ARRAYS["feature"]))
         leaf_value = np.asarray(self.leaf_value, dtype=np.float64)
         if leaf_value.ndim == 1:
             leaf_value = leaf_value[:, None]
