@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError, TilingError
-from ..model.forest import _NODE_ARRAYS, Forest
+from ..model.forest import Forest
 from ..model.inputs import as_matrix
 from ..reference import global_leaves
 from .tiling import TilingPlan, _global_children, uniform_tiling
@@ -225,7 +225,7 @@ def permute_trees(forest: Forest, order: Any) -> Forest:
     take = np.repeat(forest.tree_offsets[:-1][order] - offsets[:-1], sizes) \
         + np.arange(forest.n_nodes)
     changes: dict[str, Any] = {name: getattr(forest, name)[take]
-                               for name in [*_NODE_ARRAYS, "leaf_value"]}
+                               for name in forest.node_fields()}
     if forest.linear is not None:
         lin = forest.linear
         changes["linear"] = _replace_fields(lin, offset=lin.offset[take],

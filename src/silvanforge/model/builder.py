@@ -26,6 +26,8 @@ class Tree:
     ``categories`` maps a node to the categories for which its test holds (the node then
     goes left and must have ``split_op`` ``OP_CAT``; the builder sets that). ``linear``
     maps a leaf to ``(const, features, coefficients)``. Scalars broadcast to every node.
+    ``cover`` and ``source_id`` are the Forest's optional per-node arrays (its module
+    docstring): give both for every tree of a forest, or for none.
     """
 
     left: Sequence[int] | np.ndarray
@@ -39,6 +41,8 @@ class Tree:
     categories: Mapping[int, Iterable[int]] | None = None
     linear: Mapping[int, tuple[float, Sequence[int], Sequence[float]]] | None = None
     output: int = 0
+    cover: Sequence[float] | np.ndarray | None = None
+    source_id: Sequence[int] | np.ndarray | None = None
 
 
 def int_array(values: Any, what: str, lo: int = _INT32.min, hi: int = _INT32.max) -> np.ndarray:
@@ -98,6 +102,23 @@ def check_outputs(n_outputs: int, values: int, where: str) -> None:
     if n_outputs > max(values, MAX_UNBACKED_OUTPUTS):
         raise ModelFormatError(f"{where}: {n_outputs} outputs, but the model gives only "
                                f"{values} values for them")
+
+
+def _optional_arrays(trees: Sequence[Tree]) -> dict[str, np.ndarray | None]:
+    """The optional per-node arrays, concatenated: present when every tree has them."""
+    found: dict[str, np.ndarray | None] = {}
+    for name, convert in (("cover", float_array), ("source_id", int_array)):
+        given = [getattr(t, name) for t in trees]
+        if any(g is None for g in given):
+            found[name] = None
+            continue
+        parts = [convert(g, f"tree {t}: {name}").reshape(-1) for t, g in enumerate(given)]
+        for t, (part, tree) in enumerate(zip(parts, trees)):
+            if len(part) != len(tree.left):
+                raise ModelFormatError(f"tree {t}: {len(part)} {name} values for "
+                                       f"{len(tree.left)} nodes")
+        found[name] = np.concatenate(parts)
+    return found
 
 
 def build_forest(trees: Sequence[Tree], *, n_features: int, n_outputs: int,
@@ -196,6 +217,7 @@ def build_forest(trees: Sequence[Tree], *, n_features: int, n_outputs: int,
     if len(widths) != 1:
         raise ModelFormatError(f"trees disagree on the leaf width: {sorted(widths)}")
     arrays = {k: np.concatenate(v) for k, v in cols.items()}
+    arrays.update(_optional_arrays(trees))
     linear = None
     if linear_leaves:
         linear = LinearLeaves(

@@ -35,6 +35,13 @@ library's predicted value. The margin is that same number, except where the libr
 raw score is the plain sum of an averaging model (LightGBM's random forests):
 ``average_in_margin=False`` says so.
 
+Two optional per-node arrays serve outputs other than predictions (None when the source
+lacks them): ``cover`` is the training weight that reached each node (XGBoost's
+``sum_hessian``, LightGBM's data counts, scikit-learn's ``weighted_n_node_samples``), which
+TreeSHAP needs; ``source_id`` is the number the source library's own leaf output gives
+each node (XGBoost, scikit-learn and ONNX node ids, LightGBM's leaf index within its tree);
+None means the tree-local node index.
+
 ``pandas_categories`` gives the training categories of pandas categorical columns, whose
 index in that list is the code the trees see: a mapping matches columns by name (XGBoost
 3.1+, scikit-learn), and a categorical column it does not name is read by its values, as
@@ -75,6 +82,9 @@ _NODE_ARRAYS = {
     "cat_offset": np.int64,
     "cat_words": np.int32,
 }
+
+# Per-node arrays a forest may lack (see the module docstring).
+_OPTIONAL_NODE_ARRAYS = {"cover": np.float64, "source_id": np.int64}
 
 
 @dataclass(frozen=True, eq=False)
@@ -138,6 +148,9 @@ class Forest:
     class_labels: tuple | None = None
     objective: str = ""
     source: str = ""
+    # optional, per node
+    cover: np.ndarray | None = None
+    source_id: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -153,6 +166,9 @@ class Forest:
         if leaf_value.ndim == 1:
             leaf_value = leaf_value[:, None]
         set_(self, "leaf_value", _frozen(leaf_value, np.float64))
+        for name, dtype in _OPTIONAL_NODE_ARRAYS.items():
+            if getattr(self, name) is not None:
+                set_(self, name, _frozen(getattr(self, name), dtype))
         set_(self, "tree_offsets", _frozen(self.tree_offsets, np.int64))
         set_(self, "tree_output", _frozen(self.tree_output, np.int32))
         set_(self, "cat_bitset", _frozen(self.cat_bitset, np.uint32))
@@ -254,6 +270,12 @@ class Forest:
         if not 0 <= t < self.n_trees:
             raise IndexError(f"tree {t} out of range (forest has {self.n_trees} trees)")
         return slice(int(self.tree_offsets[t]), int(self.tree_offsets[t + 1]))
+
+    def node_fields(self) -> list[str]:
+        """The names of the per-node arrays this forest has (the optional ones when
+        present; ``linear`` aside): what code that reorders or drops nodes must carry."""
+        return [*_NODE_ARRAYS, "leaf_value",
+                *(n for n in _OPTIONAL_NODE_ARRAYS if getattr(self, n) is not None)]
 
     def category_set(self, node: int) -> np.ndarray:
         """The categories of a categorical node (global node index), sorted."""
@@ -395,6 +417,15 @@ def _validate(f: Forest) -> np.ndarray:
     _fail(f, leaf & ~np.all(np.isfinite(f.leaf_value), axis=1), "leaf value is not finite")
     if f.linear is not None:
         _validate_linear(f, leaf)
+    for name in _OPTIONAL_NODE_ARRAYS:
+        if getattr(f, name) is not None and getattr(f, name).shape != (n,):
+            raise ModelFormatError(f"node array {name!r} has shape "
+                                   f"{getattr(f, name).shape}, expected ({n},)")
+    if f.cover is not None:
+        _fail(f, ~np.isfinite(f.cover) | (f.cover < 0), "cover is negative or not finite")
+    if f.source_id is not None:
+        _fail(f, (f.source_id < 0) | (f.source_id > np.iinfo(np.int32).max),
+              "source node id out of range [0, 2^31 - 1]")
 
     # A tree: the root has no parent, every other node exactly one, and a walk from the
     # roots reaches every node (which rules out cycles).
