@@ -81,8 +81,36 @@ def _broadcast(value: Any, n: int, what: str, kind: str) -> np.ndarray:
     return arr.astype(bool) if kind == "b" else arr
 
 
-def _bitset(cats: Iterable[int], what: str) -> np.ndarray:
-    c = int_array(list(cats), what, 0, MAX_CATEGORY)
+# Category sets are stored as bitsets, whose size follows the largest category, not the
+# number listed: a 3 KB file naming category 2^24 - 1 at three nodes asked for 6 MB. The
+# bitsets may take this many words beyond BITSET_WORDS_PER_CATEGORY for every category the
+# file lists; more is refused before it is allocated (issue 26: memory proportional to
+# the file).
+MAX_UNBACKED_BITSET_WORDS = 1 << 22  # 16 MB
+BITSET_WORDS_PER_CATEGORY = 32
+
+
+class _BitsetBudget:
+    """Counts the categories listed and the words their bitsets need, across a forest."""
+
+    def __init__(self) -> None:
+        self.listed = 0
+        self.words = 0
+
+    def bitset(self, cats: Iterable[int], what: str) -> np.ndarray:
+        c = int_array(list(cats), what, 0, MAX_CATEGORY)
+        self.listed += c.size
+        self.words += int(c.max()) // 32 + 1 if c.size else 1
+        allowed = MAX_UNBACKED_BITSET_WORDS + BITSET_WORDS_PER_CATEGORY * self.listed
+        if self.words > allowed:
+            raise ModelFormatError(
+                f"{what}: the category sets need {self.words * 4 / 2**20:.0f} MB of "
+                f"bitsets for {self.listed} listed categories (at most "
+                f"{allowed * 4 / 2**20:.0f} MB): categories far larger than the sets hold")
+        return _bitset(c)
+
+
+def _bitset(c: np.ndarray) -> np.ndarray:
     words = np.zeros(int(c.max()) // 32 + 1 if c.size else 1, dtype=np.uint32)
     np.bitwise_or.at(words, c // 32, (np.uint32(1) << (c % 32).astype(np.uint32)))
     return words
@@ -138,6 +166,7 @@ def build_forest(trees: Sequence[Tree], *, n_features: int, n_outputs: int,
         "cat_offset", "cat_words", "leaf_value")}
     lin_off, lin_cnt, lin_const, lin_feat, lin_coeff = [], [], [], [], []
     bitset: list[np.ndarray] = []
+    budget = _BitsetBudget()
     n_bitset = 0
     n_lin = 0
     sizes, outputs = [], []
@@ -168,7 +197,7 @@ def build_forest(trees: Sequence[Tree], *, n_features: int, n_outputs: int,
             if not 0 <= node < n:
                 raise ModelFormatError(f"{where}: categories given for node {node}, "
                                        f"which does not exist")
-            words = _bitset(cats, f"{where}, node {node}: categories")
+            words = budget.bitset(cats, f"{where}, node {node}: categories")
             split_op[node] = OP_CAT
             cat_offset[node] = n_bitset
             cat_words[node] = len(words)
