@@ -29,8 +29,8 @@ The loop orders (T trees, B rows per block, k trees per tile, c = threads chunks
   vectorize(b1); parallel(b0)``: 16 rows a vector walk (the ``vector`` schedule), the
   ``array`` layout only (at float32: other points are refused and skipped).
 
->>> [p["order"] for p in points(n_trees=10, n_jobs=2)][:1]
-['row_blocks']
+>>> [p["order"] for p in points(n_trees=10, n_jobs=2)][:2]
+['default', 'row_blocks']
 >>> text, options = render({"order": "row_blocks", "block": 32, "interleave": True,
 ...                         "walk": ("", 0), "threads": 1, "representation": "sparse",
 ...                         "tile_size": 3}, n_trees=10)
