@@ -142,9 +142,11 @@ def predict(forest: Forest, X: Any, output: str = "value") -> np.ndarray:
     return finish(forest, tree_sums(forest, as_matrix(X, forest)), output)
 
 
-def check_output(output: str) -> None:
-    if output not in ("value", "margin"):
-        raise InputError(f"output must be 'value' or 'margin', not {output!r}")
+def check_output(output: str, allowed: tuple[str, ...] = ("value", "margin")) -> None:
+    """Refuse an ``output`` not among ``allowed`` (what the caller computes)."""
+    if output not in allowed:
+        raise InputError(f"output must be {' or '.join(map(repr, allowed))}, "
+                         f"not {output!r}")
 
 
 def finish(forest: Forest, sums: np.ndarray, output: str) -> np.ndarray:
