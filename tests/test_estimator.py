@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import silvanforge
-from util import assert_parity
+from util import assert_parity, forbid_compiling
 
 xgb = pytest.importorskip("xgboost")
 lgb = pytest.importorskip("lightgbm")
@@ -88,12 +88,7 @@ def test_pickles_without_compiling(monkeypatch):
     fast = silvanforge.compile_estimator(est, **FAST)
     fast.apply(X_TEST[:2])  # the leaf kernel, built now, travels with the pickle
     data = pickle.dumps(fast)
-    from silvanforge.runtime import predictor as runtime
-
-    def no_compiling(*args, **kwargs):
-        raise AssertionError("compiled on unpickling")
-
-    monkeypatch.setattr(runtime, "compile_kernels", no_compiling)
+    forbid_compiling(monkeypatch)
     loaded = pickle.loads(data)
     for method in ("predict", "predict_proba", "apply"):
         np.testing.assert_array_equal(getattr(loaded, method)(X_TEST),

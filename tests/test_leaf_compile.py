@@ -18,7 +18,7 @@ from silvanforge.representations import REGISTRY
 
 from test_compile import schedules
 from test_forest import random_forests, stump, forest_of
-from util import probe_rows
+from util import probe_rows, forbid_compiling
 
 
 def with_ids(forest, seed):
@@ -80,12 +80,7 @@ def test_built_once_lazily_and_saved_without_recompiling(forest, tmp_path, monke
     assert sum("leaf output: building" in r.getMessage() for r in caplog.records) == 1
     path = tmp_path / "model.sfp"
     predictor.save(path)
-    from silvanforge.runtime import predictor as runtime
-
-    def no_compiling(*args, **kwargs):
-        raise AssertionError("recompiled")
-
-    monkeypatch.setattr(runtime, "compile_kernels", no_compiling)
+    forbid_compiling(monkeypatch)
     for loaded in (silvanforge.load_predictor(path), pickle.loads(pickle.dumps(predictor))):
         np.testing.assert_array_equal(loaded.predict(X, output="leaf"), first)
     # A damaged leaf kernel is found by the digest like any other member.
