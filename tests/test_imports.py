@@ -31,6 +31,7 @@ LAYERS = [
     ("backends",),
     ("plan",),
     ("runtime",),
+    ("estimator",),  # compile_estimator: estimators' methods over a predictor
     ("bench",),
     ("tune",),
     ("tabular", "demo"),  # the CLI's files (rows in, predictions out); its demo
