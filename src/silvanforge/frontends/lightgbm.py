@@ -33,6 +33,7 @@ from ..errors import ModelFormatError, UnsupportedModelError
 from ..model.builder import Tree, build_forest
 from ..model.forest import (MAX_CATEGORY, MISSING_NAN, MISSING_NONE, MISSING_ZERO, OP_LE,
                             Forest)
+from . import numbers
 
 # LightGBM's kZeroThreshold is the float literal 1e-35f, used as a double.
 K_ZERO = float(np.float32(1e-35))
@@ -47,6 +48,11 @@ _NUM = r"[+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|inf|infinity|nan)"
 _INT = r"[+-]?\d+"
 _NUM_FIELD = re.compile(rf"\s*(?:{_NUM}(?:\s+{_NUM})*)?\s*", re.IGNORECASE)
 _INT_FIELD = re.compile(rf"\s*(?:{_INT}(?:\s+{_INT})*)?\s*")
+# Fields numpy parses whole (frontends/numbers.py): finite numbers, and integers of at
+# most 15 digits (exact in the float64 numpy reads them as).
+_PLAIN_NUM = r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?"
+_PLAIN_NUM_FIELD = re.compile(rf"\s*(?:{_PLAIN_NUM}(?: {_PLAIN_NUM})*)?\s*")
+_SHORT_INT_FIELD = re.compile(r"\s*(?:[+-]?\d{1,15}(?: [+-]?\d{1,15})*)?\s*")
 
 _IDENTITY_OBJECTIVES = {
     "regression", "regression_l2", "l2", "mean_squared_error", "mse", "regression_l1",
@@ -277,9 +283,11 @@ def _split_trees(lines: list[str], pos: int) -> tuple[list[dict[str, str]], int]
 
 def _floats(block: dict[str, str], key: str, n: int, where: str) -> np.ndarray:
     value = block[key]
-    if not _NUM_FIELD.fullmatch(value):
-        raise ModelFormatError(f"{where}: field {key!r} holds a non-numeric token")
-    arr = np.array(value.split(), dtype=np.float64)
+    arr = numbers.parse_numbers(value, " ", _PLAIN_NUM_FIELD)
+    if arr is None:
+        if not _NUM_FIELD.fullmatch(value):
+            raise ModelFormatError(f"{where}: field {key!r} holds a non-numeric token")
+        arr = np.array(value.split(), dtype=np.float64)
     if len(arr) != n:
         raise ModelFormatError(f"{where}: field {key!r} has {len(arr)} entries, expected {n}")
     return arr
@@ -288,12 +296,17 @@ def _floats(block: dict[str, str], key: str, n: int, where: str) -> np.ndarray:
 def _ints(block: dict[str, str], key: str, n: int | None, where: str,
           lo: int, hi: int) -> np.ndarray:
     value = block[key]
-    if not _INT_FIELD.fullmatch(value):
-        raise ModelFormatError(f"{where}: field {key!r} holds a token that is not an integer")
-    tokens = value.split()
-    if any(len(tok.lstrip("+-")) > 18 for tok in tokens):
-        raise ModelFormatError(f"{where}: field {key!r} holds an integer out of range")
-    arr = np.array(tokens, dtype=np.int64)
+    parsed = numbers.parse_numbers(value, " ", _SHORT_INT_FIELD)
+    if parsed is not None:
+        arr = parsed.astype(np.int64)
+    else:
+        if not _INT_FIELD.fullmatch(value):
+            raise ModelFormatError(f"{where}: field {key!r} holds a token that is not an "
+                                   "integer")
+        tokens = value.split()
+        if any(len(tok.lstrip("+-")) > 18 for tok in tokens):
+            raise ModelFormatError(f"{where}: field {key!r} holds an integer out of range")
+        arr = np.array(tokens, dtype=np.int64)
     if n is not None and len(arr) != n:
         raise ModelFormatError(f"{where}: field {key!r} has {len(arr)} entries, expected {n}")
     bad = np.flatnonzero((arr < lo) | (arr > hi))

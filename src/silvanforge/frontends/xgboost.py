@@ -29,7 +29,6 @@ Semantics, checked against XGBoost 3.2 by ``tests/test_xgboost.py``:
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from typing import Any, Sequence
@@ -39,7 +38,7 @@ import numpy as np
 from ..errors import ModelFormatError, UnsupportedModelError
 from ..model.builder import Tree, build_forest, float_array, int_array
 from ..model.forest import MAX_CATEGORY, Forest
-from . import ubjson
+from . import numbers, ubjson
 
 # objective → (post-transform, link from output-space base_score to margin space)
 _OBJECTIVES: dict[str, tuple[str, str]] = {
@@ -113,7 +112,7 @@ def parse_document(data: bytes) -> dict:
         raise ModelFormatError("an XGBoost model must start with '{' (JSON or UBJSON)")
     if head[1:].lstrip()[:1] in (b'"', b"}"):
         try:
-            doc = json.loads(data.decode("utf-8"))
+            doc = numbers.loads_json(data.decode("utf-8"))
         except UnicodeDecodeError as exc:
             raise ModelFormatError(f"the JSON model is not valid UTF-8: {exc}") from None
         except RecursionError:
@@ -204,6 +203,9 @@ def forest_from_document(doc: dict, n_iterations: int | None = None) -> Forest:
     learner = _get(doc, "learner", "model")
     version = doc.get("version")
     source = "xgboost"
+    if isinstance(version, np.ndarray) and version.dtype.kind == "f":
+        # Read as numbers by frontends/numbers.py: whole ones are the version's ints.
+        version = [int(v) if v.is_integer() else v for v in version.tolist()]
     if isinstance(version, (list, np.ndarray)) and len(version) == 3 and all(
             isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in version):
         source = "xgboost " + ".".join(str(int(v)) for v in version)
