@@ -1,0 +1,198 @@
+"""Linear TreeSHAP's tables: what the compiled contributions kernel reads of a forest.
+
+The kernel (:mod:`.contribs`) computes path-dependent TreeSHAP in the form of Linear
+TreeSHAP (Bifet et al., "Linear TreeShap", NeurIPS 2022): the Shapley weight of a leaf
+path's element ``i`` is ``W_i = integral over [0, 1] of prod_{j != i} ((1 - t) z_j
++ t o_j) dt`` (a Beta integral per subset size), a polynomial of degree below the path's
+number of distinct features ``d``, so a Gauss-Legendre rule of ``ceil(d / 2)`` points
+gives it exactly. With ``P(t)`` the product over all of a path's elements, a row's
+contribution of the edge into node ``c`` (parent feature ``f``, merged fractions
+``z_c``, ``o_c``) is ``sum_q (o_c - z_c) w_q / ((1 - t_q) z_c + t_q o_c) * U_q(c)``,
+where ``U_q(c)`` sums ``v_l P_l(t_q)`` over the leaves below ``c`` whose path meets ``f``
+no more: one pass down the tree multiplies the factors, one pass up sums them.
+
+Per tree, nodes are numbered breadth first (parents before children); per node ``c``:
+
+* ``prev``: the node below the nearest edge above ``c``'s whose parent tests the same
+  feature (-1 when none): the row's ``o`` of that feature so far is stored there;
+* ``ratio`` (4 x lanes): the factor ``P`` gains from the edge into ``c``, indexed by
+  ``2 o_prev + o_c``: the new merged factor over the one it replaces (the leaf value
+  folded in at leaves, so that ``P`` at a leaf is already ``v P``);
+* ``coeff`` (2 x lanes): ``(o - z_c) w_q / ((1 - t_q) z_c + t_q o)`` for ``o_c = o``;
+* ``next_start``/``next_node``: the nearest nodes below ``c`` testing ``c``'s parent's
+  feature, whose sums ``U(c)`` excludes.
+
+Where a factor is 0 (a zero cover) the ratios and coefficients are 0: the product they
+would multiply is already 0, and ``o - z`` is 0 with it.
+
+>>> tables = build_tables(forest)                    # doctest: +SKIP
+>>> tables.lanes, tables.max_nodes                   # doctest: +SKIP
+(4, 511)
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..model import cover
+from ..model.forest import Forest
+
+
+@dataclass(frozen=True)
+class ContribTables:
+    """The arrays of :func:`build_tables` (module docstring). A *unit* is one output
+    column of one tree that has splits (vector-leaf trees give one unit an output)."""
+
+    lanes: int              # quadrature points, padded to the vector width
+    max_nodes: int          # the most nodes of a unit (scratch per row)
+    unit_steps: np.ndarray  # (units + 1,) int64: a unit's internal nodes in `step_*`
+    unit_nodes: np.ndarray  # (units + 1,) int64: a unit's first slot in per-node tables
+    step_global: np.ndarray  # global node of each step (its split fields)
+    step_node: np.ndarray   # int32 tree-local BFS number of the step's node
+    step_left: np.ndarray   # int32 BFS numbers of its children
+    step_right: np.ndarray
+    step_target: np.ndarray  # int32 output * (n_features + 1) + feature
+    prev: np.ndarray        # int32 per slot
+    ratio: np.ndarray       # float64 (slots * 4 * lanes)
+    coeff: np.ndarray       # float64 (slots * 2 * lanes)
+    next_start: np.ndarray  # int64 (slots + 1)
+    next_node: np.ndarray   # int32
+    bias: np.ndarray        # (n_outputs,) the expected value column
+
+
+@dataclass
+class _Tree:
+    """One tree in breadth-first order, with what every unit of it shares."""
+
+    nodes: np.ndarray     # global node ids by BFS number
+    left: np.ndarray      # BFS numbers of children (-1 at leaves)
+    right: np.ndarray
+    prev: np.ndarray
+    z: np.ndarray         # merged zero fraction of the edge into each node
+    z_prev: np.ndarray    # ... of the edge at `prev` (1 when none)
+    reach: np.ndarray     # product of all fractions from the root
+    next_lists: list[list[int]]
+    depth: int            # the most distinct features on a path
+
+
+def build_tables(forest: Forest) -> ContribTables:
+    """The tables of the contributions kernel for ``forest``
+    (:class:`~silvanforge.errors.ContributionsError` when it has no covers)."""
+    fractions = cover.edge_fractions(forest)
+    scales = cover.tree_scales(forest)
+    trees = [_bfs(forest, t, fractions) for t in range(forest.n_trees)]
+    q = max([(t.depth + 1) // 2 for t in trees] + [1])
+    lanes = 2 if q <= 2 else 4 if q <= 4 else -(-q // 4) * 4
+    x, w = np.polynomial.legendre.leggauss(q)
+    t_q = np.full(lanes, 0.5)
+    w_q = np.zeros(lanes)
+    t_q[:q], w_q[:q] = (x + 1) / 2, w / 2
+
+    bias = forest.base_score.astype(np.float64).copy()
+    parts: dict[str, list] = {k: [] for k in (
+        "step_global", "step_node", "step_left", "step_right", "step_target", "prev",
+        "ratio", "coeff", "next_count", "next_node")}
+    unit_steps, unit_nodes = [0], [0]
+    width = forest.n_features + 1
+    for t, tree in enumerate(trees):
+        leaf = tree.left < 0
+        for k in range(forest.leaf_width):
+            value = forest.leaf_value[tree.nodes, k] * scales[t, k]
+            output = int(forest.tree_output[t]) + k
+            bias[output] += float(np.sum(np.where(leaf, value * tree.reach, 0.0)))
+            if leaf.all():
+                continue  # a single leaf adds only to the expected value
+            internal = np.flatnonzero(~leaf)
+            parts["step_global"].append(tree.nodes[internal])
+            parts["step_node"].append(internal)
+            parts["step_left"].append(tree.left[internal])
+            parts["step_right"].append(tree.right[internal])
+            parts["step_target"].append(output * width + forest.feature[tree.nodes[internal]])
+            parts["prev"].append(tree.prev)
+            ratio, coeff = _factors(tree, np.where(leaf, value, 1.0), t_q, w_q)
+            parts["ratio"].append(ratio.reshape(-1))
+            parts["coeff"].append(coeff.reshape(-1))
+            parts["next_count"].append([len(n) for n in tree.next_lists])
+            parts["next_node"].append([m for n in tree.next_lists for m in n])
+            unit_steps.append(unit_steps[-1] + len(internal))
+            unit_nodes.append(unit_nodes[-1] + len(tree.nodes))
+
+    def cat(name: str, dtype: type) -> np.ndarray:
+        return np.concatenate([np.asarray(p, dtype=dtype) for p in parts[name]]) \
+            if parts[name] else np.zeros(0, dtype=dtype)
+
+    counts = cat("next_count", np.int64)
+    return ContribTables(
+        lanes=lanes, max_nodes=max(np.diff(unit_nodes), default=1),
+        unit_steps=np.asarray(unit_steps, np.int64), unit_nodes=np.asarray(unit_nodes, np.int64),
+        step_global=cat("step_global", np.int64), step_node=cat("step_node", np.int32),
+        step_left=cat("step_left", np.int32), step_right=cat("step_right", np.int32),
+        step_target=cat("step_target", np.int32), prev=cat("prev", np.int32),
+        ratio=cat("ratio", np.float64), coeff=cat("coeff", np.float64),
+        next_start=np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
+        next_node=cat("next_node", np.int32), bias=bias)
+
+
+def _bfs(forest: Forest, t: int, fractions: np.ndarray) -> _Tree:
+    """Tree ``t`` breadth first, with each node's feature history along its path."""
+    base = int(forest.tree_offsets[t])
+    order = [base]
+    # Per node: feature -> (BFS number below that feature's last edge, merged z).
+    history: list[dict[int, tuple[int, float]]] = [{}]
+    left, right, prev, z, z_prev, reach = [-1], [-1], [-1], [1.0], [1.0], [1.0]
+    next_lists: list[list[int]] = [[]]
+    depth = 0
+    queue = deque([0])
+    while queue:
+        b = queue.popleft()
+        node = order[b]
+        if forest.is_leaf[node]:
+            depth = max(depth, len(history[b]))
+            continue
+        f = int(forest.feature[node])
+        seen = history[b].get(f)
+        if seen is not None:
+            next_lists[seen[0]].append(b)  # the edge at `seen` stops summing here
+        for side, child in (("left", forest.left[node]), ("right", forest.right[node])):
+            c = len(order)
+            order.append(base + int(child))
+            (left if side == "left" else right)[b] = c
+            frac = float(fractions[base + int(child)])
+            zc = (seen[1] if seen else 1.0) * frac
+            history.append({**history[b], f: (c, zc)})
+            left.append(-1), right.append(-1), next_lists.append([])
+            prev.append(seen[0] if seen else -1)
+            z.append(zc)
+            z_prev.append(seen[1] if seen else 1.0)
+            reach.append(reach[b] * frac)
+            queue.append(c)
+    return _Tree(np.asarray(order, np.int64), np.asarray(left, np.int64),
+                 np.asarray(right, np.int64), np.asarray(prev, np.int64),
+                 np.asarray(z), np.asarray(z_prev), np.asarray(reach), next_lists, depth)
+
+
+def _factors(tree: _Tree, value: np.ndarray, t: np.ndarray,
+             w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(nodes, 4, lanes) ratios and (nodes, 2, lanes) coefficients (module docstring);
+    ``value`` multiplies the ratios (leaf values at leaves, 1 elsewhere)."""
+    z, z_prev = tree.z[:, None], tree.z_prev[:, None]
+    has_prev = (tree.prev >= 0)[:, None]
+
+    def factor(zz: np.ndarray, o: float) -> np.ndarray:
+        return (1.0 - t) * zz + t * o
+
+    def divide(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(b != 0, a / np.where(b != 0, b, 1.0), 0.0)
+
+    ratio = np.zeros((len(z), 4, len(t)))
+    ratio[:, 0] = np.where(has_prev, divide(factor(z, 0.0), factor(z_prev, 0.0)), 0.0)
+    for o in (0, 1):
+        ratio[:, 2 + o] = divide(factor(z, o), np.where(has_prev, factor(z_prev, 1.0), 1.0))
+    ratio *= value[:, None, None]
+    coeff = np.stack([divide((o - z) * w, factor(z, o)) for o in (0.0, 1.0)], axis=1)
+    ratio[0], coeff[0] = 0.0, 0.0  # the root has no edge
+    return ratio, coeff
