@@ -50,8 +50,7 @@ def model_arrays(forest: Forest, tables: ContribTables) -> dict[str, np.ndarray]
     arrays = {f"split_{k}": v for k, v in node_arrays(
         forest, spec, tables.step_global, leaf_bit=False).items()}
     for name in ("unit_steps", "unit_nodes", "step_node", "step_left", "step_right",
-                 "step_target", "prev", "ratio", "coeff", "next_start", "next_node",
-                 "bias"):
+                 "step_target", "step_prev", "ratio", "coeff", "bias"):
         arrays[name] = getattr(tables, name)
     # An empty table still gets an element, so every buffer has an address.
     return {k: np.ascontiguousarray(v if len(v) else np.zeros(1, v.dtype))
@@ -73,7 +72,7 @@ def contributions_kernel(forest: Forest, tables: ContribTables,
     row_width = forest.n_outputs * (F + 1)
     v = {name: ir.Var(name, I64) for name in (
         "per", "blk", "pb", "ob", "lo", "hi", "r", "xo", "yo", "k", "u", "s0", "s1", "nb",
-        "s", "i", "n")}
+        "s", "i")}
 
     def load(name: str, index: ir.Expr) -> ir.Expr:
         return ir.Load(buf[name], index)
@@ -91,59 +90,59 @@ def contributions_kernel(forest: Forest, tables: ContribTables,
         cat_words=load("split_cat_words", v["s"]) if "split_cat_words" in buf else None,
         cat_bitset=buf.get("split_cat_bitset"))
     goes_left = ir.Var("goes_left", ir.BOOL)
+    n, prev, o_prev = ir.Var("n", I64), ir.Var("prev", I64), ir.Var("o_prev", ir.I32)
     down: list[ir.Stmt] = [
-        ir.Declare(v["n"], _i64(load("step_node", v["s"]))),
+        ir.Declare(n, _i64(load("step_node", v["s"]))),
+        ir.Declare(prev, _i64(load("step_prev", v["s"]))),
         ir.Declare(goes_left, go_left(spec, split, RowValues(rows, v["xo"], F))),
-        ir.Declare(ir.Var("pn", ir.F64), products(v["n"]))]
+        # No earlier edge of this feature: its one-fraction so far is 1.
+        ir.Declare(o_prev, ir.Select(ir.Cmp("lt", prev, ir.i64(0)), ir.Const(1, ir.I32),
+                                     ir.Load(ones, _op("add", v["ob"], _op("max", prev, 0))))),
+        ir.Declare(ir.Var("pn", ir.F64), products(n))]
     pn = ir.Var("pn", ir.F64)
     for side, holds in (("left", goes_left), ("right", ir.Not(goes_left))):
-        c, prev = ir.Var(f"c_{side}", I64), ir.Var(f"prev_{side}", I64)
-        o_prev, o_c = ir.Var(f"oprev_{side}", ir.I32), ir.Var(f"oc_{side}", ir.I32)
-        slot = _op("add", v["nb"], c)
+        c, o_c = ir.Var(f"c_{side}", I64), ir.Var(f"oc_{side}", ir.I32)
+        ratio_at = _op("add", _op("mul", _op("add", v["nb"], c), 4),
+                       _i64(_op("add", _op("mul", o_prev, 2), o_c)))
         down += [
             ir.Declare(c, _i64(load(f"step_{side}", v["s"]))),
-            ir.Declare(prev, _i64(load("prev", slot))),
-            # No earlier edge of this feature: its one-fraction so far is 1.
-            ir.Declare(o_prev, ir.Select(
-                ir.Cmp("lt", prev, ir.i64(0)), ir.Const(1, ir.I32),
-                ir.Load(ones, _op("add", v["ob"], _op("max", prev, 0))))),
             ir.Declare(o_c, _op("and", o_prev, ir.Cast(holds, ir.I32))),
             ir.Store(ones, _op("add", v["ob"], c), o_c),
-            store_products(c, _op("mul", pn, ir.VectorLoad(buf["ratio"], _op("mul", _op(
-                "add", _op("mul", slot, 4), _i64(_op("add", _op("mul", o_prev, 2), o_c))),
-                L), L)))]
+            store_products(c, _op("mul", pn, ir.VectorLoad(
+                buf["ratio"], _op("mul", ratio_at, L), L)))]
+
+    def coefficients(node: ir.Expr) -> ir.Expr:
+        o = _i64(ir.Load(ones, _op("add", v["ob"], node)))
+        at = _op("add", _op("mul", _op("add", v["nb"], node), 2), o)
+        return ir.VectorLoad(buf["coeff"], _op("mul", at, L), L)
 
     up: list[ir.Stmt] = [
         ir.Declare(v["s"], _op("sub", _op("sub", v["s1"], 1), v["i"])),
-        ir.Declare(v["n"], _i64(load("step_node", v["s"])))]
-    children = []
+        ir.Declare(n, _i64(load("step_node", v["s"]))),
+        # Without an earlier edge of this feature, the root's zero coefficients.
+        ir.Declare(prev, _op("max", _i64(load("step_prev", v["s"])), 0))]
+    sums = []
     for side in ("left", "right"):
-        c = ir.Var(f"c_{side}", I64)
-        up.append(ir.Declare(c, _i64(load(f"step_{side}", v["s"]))))
-        children.append(c)
-    up.append(store_products(v["n"], _op("add", products(children[0]), products(children[1]))))
+        c, sc = ir.Var(f"c_{side}", I64), ir.Var(f"s_{side}", ir.F64)
+        up += [ir.Declare(c, _i64(load(f"step_{side}", v["s"]))), ir.Declare(sc, products(c))]
+        sums.append((c, sc))
+    total = ir.Var("total", ir.F64)
+    up += [ir.Declare(total, _op("add", sums[0][1], sums[1][1])), store_products(n, total)]
+    # The edges below this node gain their subtrees' sums; the edge above that tested
+    # this feature last loses this node's (module docstring of contribs_tables).
+    term = _op("sub", _op("add", _op("mul", sums[0][1], coefficients(sums[0][0])),
+                          _op("mul", sums[1][1], coefficients(sums[1][0]))),
+               _op("mul", total, coefficients(prev)))
     target = ir.Var("target", I64)
-    up.append(ir.Declare(target, _op("add", v["yo"], _i64(load("step_target", v["s"])))))
-    for c in children:
-        slot = _op("add", v["nb"], c)
-        acc, j = ir.Var(f"acc_{c.name}", ir.F64), ir.Var(f"j_{c.name}", I64)
-        term = ir.Var(f"term_{c.name}", ir.F64)
-        o_c = ir.Load(ones, _op("add", v["ob"], c))
-        up += [
-            ir.Declare(acc, products(c)),
-            # Leaves below a later test of the same feature count at that test's edges.
-            ir.For(j, load("next_start", slot), load("next_start", _op("add", slot, 1)),
-                   ir.i64(1), [ir.Assign(acc, _op("sub", acc, products(
-                       _i64(load("next_node", j)))))]),
-            ir.Declare(term, _op("mul", acc, ir.VectorLoad(buf["coeff"], _op(
-                "mul", _op("add", _op("mul", slot, 2), _i64(o_c)), L), L))),
-            ir.Store(out, target, _op("add", ir.Load(out, target), _lane_sum(term, L)))]
+    up += [ir.Declare(target, _op("add", v["yo"], _i64(load("step_target", v["s"])))),
+           ir.Store(out, target, _op("add", ir.Load(out, target), _lane_sum(term, L)))]
 
     unit = [
         ir.Declare(v["s0"], load("unit_steps", v["u"])),
         ir.Declare(v["s1"], load("unit_steps", _op("add", v["u"], 1))),
         ir.Declare(v["nb"], load("unit_nodes", v["u"])),
         store_products(ir.i64(0), ir.Broadcast(ir.Const(1.0, ir.F64), L)),
+        ir.Store(ones, v["ob"], ir.Const(0, ir.I32)),  # the root's (read with its zero coefficients)
         ir.For(v["s"], v["s0"], v["s1"], ir.i64(1), down),
         ir.For(v["i"], ir.i64(0), _op("sub", v["s1"], v["s0"]), ir.i64(1), up)]
     n_units = len(tables.unit_steps) - 1

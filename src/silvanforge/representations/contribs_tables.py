@@ -9,18 +9,25 @@ gives it exactly. With ``P(t)`` the product over all of a path's elements, a row
 contribution of the edge into node ``c`` (parent feature ``f``, merged fractions
 ``z_c``, ``o_c``) is ``sum_q (o_c - z_c) w_q / ((1 - t_q) z_c + t_q o_c) * U_q(c)``,
 where ``U_q(c)`` sums ``v_l P_l(t_q)`` over the leaves below ``c`` whose path meets ``f``
-no more: one pass down the tree multiplies the factors, one pass up sums them.
+no more: one pass down the tree multiplies the factors, one pass up sums them (``S(c)``,
+over every leaf below ``c``). As the contribution is linear in ``U``, a node ``m`` that
+tests ``f`` again takes its own sum ``S(m)`` back out of the edge above it that tested
+``f`` (``U(c) = S(c) - sum of S(m)`` over the nearest such ``m`` below ``c``): each
+step of the pass up adds three terms to its feature's column.
 
 Per tree, nodes are numbered breadth first (parents before children); per node ``c``:
 
-* ``prev``: the node below the nearest edge above ``c``'s whose parent tests the same
-  feature (-1 when none): the row's ``o`` of that feature so far is stored there;
+Per internal node (a *step*), ``step_prev``: the node below the nearest edge above it
+whose parent tests the same feature (-1 when none), where the row's ``o`` of that
+feature so far is stored, and whose sum excludes this node's. Per node ``c``:
+
 * ``ratio`` (4 x lanes): the factor ``P`` gains from the edge into ``c``, indexed by
   ``2 o_prev + o_c``: the new merged factor over the one it replaces (the leaf value
   folded in at leaves, so that ``P`` at a leaf is already ``v P``);
 * ``coeff`` (2 x lanes): ``(o - z_c) w_q / ((1 - t_q) z_c + t_q o)`` for ``o_c = o``;
-* ``next_start``/``next_node``: the nearest nodes below ``c`` testing ``c``'s parent's
-  feature, whose sums ``U(c)`` excludes.
+
+The root has no edge: its ratios and coefficients are 0, so a step without ``prev``
+reads the root's coefficients and takes nothing back out.
 
 Where a factor is 0 (a zero cover) the ratios and coefficients are 0: the product they
 would multiply is already 0, and ``o - z`` is 0 with it.
@@ -55,11 +62,9 @@ class ContribTables:
     step_left: np.ndarray   # int32 BFS numbers of its children
     step_right: np.ndarray
     step_target: np.ndarray  # int32 output * (n_features + 1) + feature
-    prev: np.ndarray        # int32 per slot
+    step_prev: np.ndarray   # int32 BFS number below the last edge of its feature, or -1
     ratio: np.ndarray       # float64 (slots * 4 * lanes)
     coeff: np.ndarray       # float64 (slots * 2 * lanes)
-    next_start: np.ndarray  # int64 (slots + 1)
-    next_node: np.ndarray   # int32
     bias: np.ndarray        # (n_outputs,) the expected value column
 
 
@@ -70,11 +75,10 @@ class _Tree:
     nodes: np.ndarray     # global node ids by BFS number
     left: np.ndarray      # BFS numbers of children (-1 at leaves)
     right: np.ndarray
-    prev: np.ndarray
+    prev: np.ndarray      # per node: `step_prev` of its parent (-1 at the root)
     z: np.ndarray         # merged zero fraction of the edge into each node
     z_prev: np.ndarray    # ... of the edge at `prev` (1 when none)
     reach: np.ndarray     # product of all fractions from the root
-    next_lists: list[list[int]]
     depth: int            # the most distinct features on a path
 
 
@@ -93,8 +97,8 @@ def build_tables(forest: Forest) -> ContribTables:
 
     bias = forest.base_score.astype(np.float64).copy()
     parts: dict[str, list] = {k: [] for k in (
-        "step_global", "step_node", "step_left", "step_right", "step_target", "prev",
-        "ratio", "coeff", "next_count", "next_node")}
+        "step_global", "step_node", "step_left", "step_right", "step_target", "step_prev",
+        "ratio", "coeff")}
     unit_steps, unit_nodes = [0], [0]
     width = forest.n_features + 1
     for t, tree in enumerate(trees):
@@ -111,12 +115,10 @@ def build_tables(forest: Forest) -> ContribTables:
             parts["step_left"].append(tree.left[internal])
             parts["step_right"].append(tree.right[internal])
             parts["step_target"].append(output * width + forest.feature[tree.nodes[internal]])
-            parts["prev"].append(tree.prev)
+            parts["step_prev"].append(tree.prev[tree.left[internal]])
             ratio, coeff = _factors(tree, np.where(leaf, value, 1.0), t_q, w_q)
             parts["ratio"].append(ratio.reshape(-1))
             parts["coeff"].append(coeff.reshape(-1))
-            parts["next_count"].append([len(n) for n in tree.next_lists])
-            parts["next_node"].append([m for n in tree.next_lists for m in n])
             unit_steps.append(unit_steps[-1] + len(internal))
             unit_nodes.append(unit_nodes[-1] + len(tree.nodes))
 
@@ -124,16 +126,13 @@ def build_tables(forest: Forest) -> ContribTables:
         return np.concatenate([np.asarray(p, dtype=dtype) for p in parts[name]]) \
             if parts[name] else np.zeros(0, dtype=dtype)
 
-    counts = cat("next_count", np.int64)
     return ContribTables(
         lanes=lanes, max_nodes=max(np.diff(unit_nodes), default=1),
         unit_steps=np.asarray(unit_steps, np.int64), unit_nodes=np.asarray(unit_nodes, np.int64),
         step_global=cat("step_global", np.int64), step_node=cat("step_node", np.int32),
         step_left=cat("step_left", np.int32), step_right=cat("step_right", np.int32),
-        step_target=cat("step_target", np.int32), prev=cat("prev", np.int32),
-        ratio=cat("ratio", np.float64), coeff=cat("coeff", np.float64),
-        next_start=np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
-        next_node=cat("next_node", np.int32), bias=bias)
+        step_target=cat("step_target", np.int32), step_prev=cat("step_prev", np.int32),
+        ratio=cat("ratio", np.float64), coeff=cat("coeff", np.float64), bias=bias)
 
 
 def _bfs(forest: Forest, t: int, fractions: np.ndarray) -> _Tree:
@@ -143,7 +142,6 @@ def _bfs(forest: Forest, t: int, fractions: np.ndarray) -> _Tree:
     # Per node: feature -> (BFS number below that feature's last edge, merged z).
     history: list[dict[int, tuple[int, float]]] = [{}]
     left, right, prev, z, z_prev, reach = [-1], [-1], [-1], [1.0], [1.0], [1.0]
-    next_lists: list[list[int]] = [[]]
     depth = 0
     queue = deque([0])
     while queue:
@@ -154,8 +152,6 @@ def _bfs(forest: Forest, t: int, fractions: np.ndarray) -> _Tree:
             continue
         f = int(forest.feature[node])
         seen = history[b].get(f)
-        if seen is not None:
-            next_lists[seen[0]].append(b)  # the edge at `seen` stops summing here
         for side, child in (("left", forest.left[node]), ("right", forest.right[node])):
             c = len(order)
             order.append(base + int(child))
@@ -163,7 +159,7 @@ def _bfs(forest: Forest, t: int, fractions: np.ndarray) -> _Tree:
             frac = float(fractions[base + int(child)])
             zc = (seen[1] if seen else 1.0) * frac
             history.append({**history[b], f: (c, zc)})
-            left.append(-1), right.append(-1), next_lists.append([])
+            left.append(-1), right.append(-1)
             prev.append(seen[0] if seen else -1)
             z.append(zc)
             z_prev.append(seen[1] if seen else 1.0)
@@ -171,7 +167,7 @@ def _bfs(forest: Forest, t: int, fractions: np.ndarray) -> _Tree:
             queue.append(c)
     return _Tree(np.asarray(order, np.int64), np.asarray(left, np.int64),
                  np.asarray(right, np.int64), np.asarray(prev, np.int64),
-                 np.asarray(z), np.asarray(z_prev), np.asarray(reach), next_lists, depth)
+                 np.asarray(z), np.asarray(z_prev), np.asarray(reach), depth)
 
 
 def _factors(tree: _Tree, value: np.ndarray, t: np.ndarray,

@@ -53,6 +53,7 @@ from ..reference import check_output
 from ..representations import REGISTRY
 from ..schedule import Schedule
 from . import fork, gc_pause
+from .contribs import Contributions
 from .base import ForestShape, build_representation, model_arrays, transformed
 
 # 2: kernels finish their rows (a ``finish`` argument). 3: a kernel's code may be several
@@ -108,10 +109,12 @@ def _compiled(kernels: list[_Kernel], plan: Plan) -> None:
         kernel.bind(codes.pop(0) if kernel.code is None else None)
 
 
-def _object_files(archive: dict[str, np.ndarray], kernel: int) -> tuple[bytes, ...]:
-    """A saved kernel's object files: ``object_code_<kernel>_0``, ``_1``, ... ."""
+def _object_files(archive: dict[str, np.ndarray], kernel: int | str) -> tuple[bytes, ...]:
+    """A saved kernel's object files: ``object_code_<kernel>_0``, ``_1``, ... (the
+    contributions kernel's: ``contribs_code_0``, ...)."""
+    prefix = "contribs_code" if kernel == "contribs" else f"object_code_{kernel}"
     names = itertools.takewhile(archive.__contains__,
-                                (f"object_code_{kernel}_{j}" for j in itertools.count()))
+                                (f"{prefix}_{j}" for j in itertools.count()))
     return tuple(archive[name].tobytes() for name in names)
 
 
@@ -160,6 +163,10 @@ class Predictor(ForestShape):
         self._rows_per_thread = plan.rows_per_thread if plan.sized_threads else 0
         self._finish = kernel_finish.modes(forest)
         self._flat = forest.flat_output and forest.n_outputs == 1
+        # SHAP contributions: compiled on the first call that asks (runtime/contribs.py),
+        # from this saved object code when from_bytes found some.
+        self._contribs: Contributions | None = None
+        self._contribs_code: tuple[bytes, ...] = ()
 
     @property
     def schedule(self) -> Schedule:
@@ -192,6 +199,8 @@ class Predictor(ForestShape):
         # common case, an ndarray the kernel takes as it is, runs the fewest steps.
         finish = self._finish.get(output)
         if finish is None:
+            if output == "contribs":
+                return self._contributions(X, n_jobs)
             check_output(output)
         threads = self._jobs if n_jobs is None else checked_jobs(n_jobs)
         # A 2-D ndarray goes to the kernel as it is, whose entry checks the rest of its
@@ -215,6 +224,15 @@ class Predictor(ForestShape):
                                                               finish)):
             self._run_again(X, rows, result, kernel, threads, finish)
         return result if finish != _SCORE else transformed(self.forest, result)
+
+    def _contributions(self, X: Any, n_jobs: int | None) -> np.ndarray:
+        """``predict(X, output="contribs")``: exact TreeSHAP values (the shape and
+        meaning of :func:`silvanforge.reference.contributions`)."""
+        threads = self._jobs if n_jobs is None else checked_jobs(n_jobs)
+        if self._contribs is None:
+            self._contribs = Contributions(self.forest, self.kernel.target,
+                                           self._contribs_code)
+        return self._contribs(X, threads)
 
     def _run_again(self, X: Any, rows: np.ndarray, result: np.ndarray, kernel: _Kernel,
                    threads: int, finish: int) -> None:
@@ -273,6 +291,9 @@ class Predictor(ForestShape):
         members.update({f"object_code_{i}_{j}": np.frombuffer(obj, dtype=np.uint8)
                         for i, k in enumerate(filter(None, (self._main, self._small)))
                         for j, obj in enumerate(k.code.object_code)})
+        if self._contribs is not None:
+            members.update({f"contribs_code_{j}": np.frombuffer(obj, dtype=np.uint8)
+                            for j, obj in enumerate(self._contribs.code.object_code)})
         if self.plan.node_tile is not None:
             members["node_tile"] = np.asarray(self.plan.node_tile)
         files = {f"{name}.npy": _npy(value) for name, value in members.items()}
@@ -318,7 +339,10 @@ class Predictor(ForestShape):
         except (OSError, ValueError, KeyError, TypeError, EOFError,
                 zipfile.BadZipFile) as exc:
             raise ModelFormatError(f"not a saved SilvanForge predictor ({exc})") from None
-        return cls(plan, codes if trust_code else (), target)
+        predictor = cls(plan, codes if trust_code else (), target)
+        if trust_code and codes:
+            predictor._contribs_code = _object_files(archive, "contribs")
+        return predictor
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the predictor (model, plan and machine code) to ``path``.
