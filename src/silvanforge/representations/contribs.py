@@ -33,6 +33,8 @@ KERNEL_NAME = "contribs"
 _DTYPES = {np.dtype(np.int8): ir.I8, np.dtype(np.int32): ir.I32, np.dtype(np.int64): ir.I64,
            np.dtype(np.float32): ir.F32, np.dtype(np.float64): ir.F64}
 I64 = ir.I64
+# Rows that run through one unit before the next (see `unit` in the kernel).
+ROW_TILE = 64
 
 
 def _op(name: str, a: ir.Expr, b: ir.Expr | int) -> ir.Expr:
@@ -49,8 +51,7 @@ def model_arrays(forest: Forest, tables: ContribTables) -> dict[str, np.ndarray]
     spec = DecisionSpec.of(forest, "float64")
     arrays = {f"split_{k}": v for k, v in node_arrays(
         forest, spec, tables.step_global, leaf_bit=False).items()}
-    for name in ("unit_steps", "unit_nodes", "step_node", "step_left", "step_right",
-                 "step_target", "step_prev", "ratio", "coeff", "bias"):
+    for name in ("unit_steps", "unit_nodes", "step_node", "step_target", "step_prev", "ratio", "coeff", "bias"):
         arrays[name] = getattr(tables, name)
     # An empty table still gets an element, so every buffer has an address.
     return {k: np.ascontiguousarray(v if len(v) else np.zeros(1, v.dtype))
@@ -72,7 +73,7 @@ def contributions_kernel(forest: Forest, tables: ContribTables,
     row_width = forest.n_outputs * (F + 1)
     v = {name: ir.Var(name, I64) for name in (
         "per", "blk", "pb", "ob", "lo", "hi", "r", "xo", "yo", "k", "u", "s0", "s1", "nb",
-        "s", "i")}
+        "s", "i", "t0")}
 
     def load(name: str, index: ir.Expr) -> ir.Expr:
         return ir.Load(buf[name], index)
@@ -89,6 +90,12 @@ def contributions_kernel(forest: Forest, tables: ContribTables,
         cat_offset=load("split_cat_offset", v["s"]) if "split_cat_offset" in buf else None,
         cat_words=load("split_cat_words", v["s"]) if "split_cat_words" in buf else None,
         cat_bitset=buf.get("split_cat_bitset"))
+    def child(step: ir.Expr, side: str) -> ir.Expr:
+        """The BFS number of a step's child: the i-th internal node's children are
+        numbered 2i + 1 and 2i + 2 (breadth first, they come in that order)."""
+        i = _op("sub", step, v["s0"])
+        return _op("add", _op("mul", i, 2), 1 if side == "left" else 2)
+
     goes_left = ir.Var("goes_left", ir.BOOL)
     n, prev, o_prev = ir.Var("n", I64), ir.Var("prev", I64), ir.Var("o_prev", ir.I32)
     down: list[ir.Stmt] = [
@@ -102,10 +109,9 @@ def contributions_kernel(forest: Forest, tables: ContribTables,
     pn = ir.Var("pn", ir.F64)
     for side, holds in (("left", goes_left), ("right", ir.Not(goes_left))):
         c, o_c = ir.Var(f"c_{side}", I64), ir.Var(f"oc_{side}", ir.I32)
-        ratio_at = _op("add", _op("mul", _op("add", v["nb"], c), 4),
-                       _i64(_op("add", _op("mul", o_prev, 2), o_c)))
+        ratio_at = _op("add", _op("mul", _op("add", v["nb"], c), 3), _i64(_op("add", o_prev, o_c)))
         down += [
-            ir.Declare(c, _i64(load(f"step_{side}", v["s"]))),
+            ir.Declare(c, child(v["s"], side)),
             ir.Declare(o_c, _op("and", o_prev, ir.Cast(holds, ir.I32))),
             ir.Store(ones, _op("add", v["ob"], c), o_c),
             store_products(c, _op("mul", pn, ir.VectorLoad(
@@ -124,7 +130,7 @@ def contributions_kernel(forest: Forest, tables: ContribTables,
     sums = []
     for side in ("left", "right"):
         c, sc = ir.Var(f"c_{side}", I64), ir.Var(f"s_{side}", ir.F64)
-        up += [ir.Declare(c, _i64(load(f"step_{side}", v["s"]))), ir.Declare(sc, products(c))]
+        up += [ir.Declare(c, child(v["s"], side)), ir.Declare(sc, products(c))]
         sums.append((c, sc))
     total = ir.Var("total", ir.F64)
     up += [ir.Declare(total, _op("add", sums[0][1], sums[1][1])), store_products(n, total)]
@@ -137,28 +143,35 @@ def contributions_kernel(forest: Forest, tables: ContribTables,
     up += [ir.Declare(target, _op("add", v["yo"], _i64(load("step_target", v["s"])))),
            ir.Store(out, target, _op("add", ir.Load(out, target), _lane_sum(term, L)))]
 
-    unit = [
-        ir.Declare(v["s0"], load("unit_steps", v["u"])),
-        ir.Declare(v["s1"], load("unit_steps", _op("add", v["u"], 1))),
-        ir.Declare(v["nb"], load("unit_nodes", v["u"])),
+    row = [
+        ir.Declare(v["xo"], _op("mul", v["r"], F)),
+        ir.Declare(v["yo"], _op("mul", v["r"], row_width)),
         store_products(ir.i64(0), ir.Broadcast(ir.Const(1.0, ir.F64), L)),
         ir.Store(ones, v["ob"], ir.Const(0, ir.I32)),  # the root's (read with its zero coefficients)
         ir.For(v["s"], v["s0"], v["s1"], ir.i64(1), down),
         ir.For(v["i"], ir.i64(0), _op("sub", v["s1"], v["s0"]), ir.i64(1), up)]
+    # A unit's tables (about 100 KB for a tree of 500 nodes) are read for a tile of rows
+    # at a time, from cache: row by row, every row read the whole forest's from memory.
+    tile_end = _op("min", v["hi"], _op("add", v["t0"], ROW_TILE))
+    unit = [
+        ir.Declare(v["s0"], load("unit_steps", v["u"])),
+        ir.Declare(v["s1"], load("unit_steps", _op("add", v["u"], 1))),
+        ir.Declare(v["nb"], load("unit_nodes", v["u"])),
+        ir.For(v["r"], v["t0"], tile_end, ir.i64(1), row)]
     n_units = len(tables.unit_steps) - 1
-    row = [
-        ir.Declare(v["xo"], _op("mul", v["r"], F)),
-        ir.Declare(v["yo"], _op("mul", v["r"], row_width)),
-        ir.For(v["k"], ir.i64(0), ir.i64(forest.n_outputs), ir.i64(1), [ir.Store(
-            out, _op("add", v["yo"], _op("add", _op("mul", v["k"], F + 1), F)),
-            load("bias", v["k"]))]),
+    tile = [
+        ir.For(v["r"], v["t0"], tile_end, ir.i64(1), [
+            ir.For(v["k"], ir.i64(0), ir.i64(forest.n_outputs), ir.i64(1), [ir.Store(
+                out, _op("add", _op("mul", v["r"], row_width),
+                         _op("add", _op("mul", v["k"], F + 1), F)),
+                load("bias", v["k"]))])]),
         ir.For(v["u"], ir.i64(0), ir.i64(n_units), ir.i64(1), unit)]
     block = [
         ir.Declare(v["pb"], _op("mul", v["blk"], tables.max_nodes * L)),
         ir.Declare(v["ob"], _op("mul", v["blk"], tables.max_nodes)),
         ir.Declare(v["lo"], _op("mul", v["blk"], v["per"])),
         ir.Declare(v["hi"], _op("min", n_rows, _op("add", v["lo"], v["per"]))),
-        ir.For(v["r"], v["lo"], v["hi"], ir.i64(1), row)]
+        ir.For(v["t0"], v["lo"], v["hi"], ir.i64(ROW_TILE), tile)]
     body: list[ir.Stmt] = [
         ir.Declare(v["per"], _op("div", _op("sub", _op("add", n_rows, threads), 1), threads)),
         ir.For(v["blk"], ir.i64(0), threads, ir.i64(1), block, parallel=True,

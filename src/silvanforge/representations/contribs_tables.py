@@ -21,8 +21,8 @@ Per internal node (a *step*), ``step_prev``: the node below the nearest edge abo
 whose parent tests the same feature (-1 when none), where the row's ``o`` of that
 feature so far is stored, and whose sum excludes this node's. Per node ``c``:
 
-* ``ratio`` (4 x lanes): the factor ``P`` gains from the edge into ``c``, indexed by
-  ``2 o_prev + o_c``: the new merged factor over the one it replaces (the leaf value
+* ``ratio`` (3 x lanes): the factor ``P`` gains from the edge into ``c``, indexed by
+  ``o_prev + o_c`` (``o_c`` is 1 only where ``o_prev`` is): the new merged factor over the one it replaces (the leaf value
   folded in at leaves, so that ``P`` at a leaf is already ``v P``);
 * ``coeff`` (2 x lanes): ``(o - z_c) w_q / ((1 - t_q) z_c + t_q o)`` for ``o_c = o``;
 
@@ -58,12 +58,11 @@ class ContribTables:
     unit_steps: np.ndarray  # (units + 1,) int64: a unit's internal nodes in `step_*`
     unit_nodes: np.ndarray  # (units + 1,) int64: a unit's first slot in per-node tables
     step_global: np.ndarray  # global node of each step (its split fields)
-    step_node: np.ndarray   # int32 tree-local BFS number of the step's node
-    step_left: np.ndarray   # int32 BFS numbers of its children
-    step_right: np.ndarray
+    step_node: np.ndarray   # int32 tree-local BFS number of the step's node (its
+    #                         children are 2i + 1 and 2i + 2 for the i-th step of a unit)
     step_target: np.ndarray  # int32 output * (n_features + 1) + feature
     step_prev: np.ndarray   # int32 BFS number below the last edge of its feature, or -1
-    ratio: np.ndarray       # float64 (slots * 4 * lanes)
+    ratio: np.ndarray       # float64 (slots * 3 * lanes)
     coeff: np.ndarray       # float64 (slots * 2 * lanes)
     bias: np.ndarray        # (n_outputs,) the expected value column
 
@@ -97,7 +96,7 @@ def build_tables(forest: Forest) -> ContribTables:
 
     bias = forest.base_score.astype(np.float64).copy()
     parts: dict[str, list] = {k: [] for k in (
-        "step_global", "step_node", "step_left", "step_right", "step_target", "step_prev",
+        "step_global", "step_node", "step_target", "step_prev",
         "ratio", "coeff")}
     unit_steps, unit_nodes = [0], [0]
     width = forest.n_features + 1
@@ -112,8 +111,6 @@ def build_tables(forest: Forest) -> ContribTables:
             internal = np.flatnonzero(~leaf)
             parts["step_global"].append(tree.nodes[internal])
             parts["step_node"].append(internal)
-            parts["step_left"].append(tree.left[internal])
-            parts["step_right"].append(tree.right[internal])
             parts["step_target"].append(output * width + forest.feature[tree.nodes[internal]])
             parts["step_prev"].append(tree.prev[tree.left[internal]])
             ratio, coeff = _factors(tree, np.where(leaf, value, 1.0), t_q, w_q)
@@ -130,7 +127,6 @@ def build_tables(forest: Forest) -> ContribTables:
         lanes=lanes, max_nodes=max(np.diff(unit_nodes), default=1),
         unit_steps=np.asarray(unit_steps, np.int64), unit_nodes=np.asarray(unit_nodes, np.int64),
         step_global=cat("step_global", np.int64), step_node=cat("step_node", np.int32),
-        step_left=cat("step_left", np.int32), step_right=cat("step_right", np.int32),
         step_target=cat("step_target", np.int32), step_prev=cat("step_prev", np.int32),
         ratio=cat("ratio", np.float64), coeff=cat("coeff", np.float64), bias=bias)
 
@@ -172,7 +168,7 @@ def _bfs(forest: Forest, t: int, fractions: np.ndarray) -> _Tree:
 
 def _factors(tree: _Tree, value: np.ndarray, t: np.ndarray,
              w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(nodes, 4, lanes) ratios and (nodes, 2, lanes) coefficients (module docstring);
+    """(nodes, 3, lanes) ratios and (nodes, 2, lanes) coefficients (module docstring);
     ``value`` multiplies the ratios (leaf values at leaves, 1 elsewhere)."""
     z, z_prev = tree.z[:, None], tree.z_prev[:, None]
     has_prev = (tree.prev >= 0)[:, None]
@@ -184,10 +180,10 @@ def _factors(tree: _Tree, value: np.ndarray, t: np.ndarray,
         with np.errstate(divide="ignore", invalid="ignore"):
             return np.where(b != 0, a / np.where(b != 0, b, 1.0), 0.0)
 
-    ratio = np.zeros((len(z), 4, len(t)))
+    ratio = np.zeros((len(z), 3, len(t)))
     ratio[:, 0] = np.where(has_prev, divide(factor(z, 0.0), factor(z_prev, 0.0)), 0.0)
     for o in (0, 1):
-        ratio[:, 2 + o] = divide(factor(z, o), np.where(has_prev, factor(z_prev, 1.0), 1.0))
+        ratio[:, 1 + o] = divide(factor(z, o), np.where(has_prev, factor(z_prev, 1.0), 1.0))
     ratio *= value[:, None, None]
     coeff = np.stack([divide((o - z) * w, factor(z, o)) for o in (0.0, 1.0)], axis=1)
     ratio[0], coeff[0] = 0.0, 0.0  # the root has no edge
