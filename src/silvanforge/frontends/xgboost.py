@@ -380,7 +380,8 @@ def _read_tree(raw: Any, t: int, output: int, n_features: int, n_outputs: int,
     cond = node_array("split_conditions", float_array).astype(_F32).astype(np.float64)
     default_left = node_array("default_left", int_array, lo=0, hi=1).astype(bool)
     # The training hessian that reached each node: TreeSHAP's cover (absent: none).
-    cover = node_array("sum_hessian", float_array) if "sum_hessian" in raw else None
+    cover = node_array("sum_hessian", float_array).astype(_F32).astype(np.float64) \
+        if "sum_hessian" in raw else None
     split_type = np.zeros(n, dtype=np.int64)
     if "split_type" in raw:
         split_type = node_array("split_type", int_array, lo=0, hi=1)
