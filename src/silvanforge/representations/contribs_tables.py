@@ -39,7 +39,6 @@ would multiply is already 0, and ``o - z`` is 0 with it.
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
@@ -86,7 +85,8 @@ def build_tables(forest: Forest) -> ContribTables:
     (:class:`~silvanforge.errors.ContributionsError` when it has no covers)."""
     fractions = cover.edge_fractions(forest)
     scales = cover.tree_scales(forest)
-    trees = [_bfs(forest, t, fractions) for t in range(forest.n_trees)]
+    is_leaf = forest.is_leaf
+    trees = [_bfs(forest, t, fractions, is_leaf) for t in range(forest.n_trees)]
     q = max([(t.depth + 1) // 2 for t in trees] + [1])
     lanes = 2 if q <= 2 else 4 if q <= 4 else -(-q // 4) * 4
     x, w = np.polynomial.legendre.leggauss(q)
@@ -131,39 +131,58 @@ def build_tables(forest: Forest) -> ContribTables:
         ratio=cat("ratio", np.float64), coeff=cat("coeff", np.float64), bias=bias)
 
 
-def _bfs(forest: Forest, t: int, fractions: np.ndarray) -> _Tree:
-    """Tree ``t`` breadth first, with each node's feature history along its path."""
-    base = int(forest.tree_offsets[t])
-    order = [base]
-    # Per node: feature -> (BFS number below that feature's last edge, merged z).
-    history: list[dict[int, tuple[int, float]]] = [{}]
-    left, right, prev, z, z_prev, reach = [-1], [-1], [-1], [1.0], [1.0], [1.0]
-    depth = 0
-    queue = deque([0])
-    while queue:
-        b = queue.popleft()
-        node = order[b]
-        if forest.is_leaf[node]:
-            depth = max(depth, len(history[b]))
-            continue
-        f = int(forest.feature[node])
-        seen = history[b].get(f)
-        for side, child in (("left", forest.left[node]), ("right", forest.right[node])):
-            c = len(order)
-            order.append(base + int(child))
-            (left if side == "left" else right)[b] = c
-            frac = float(fractions[base + int(child)])
-            zc = (seen[1] if seen else 1.0) * frac
-            history.append({**history[b], f: (c, zc)})
-            left.append(-1), right.append(-1)
-            prev.append(seen[0] if seen else -1)
-            z.append(zc)
-            z_prev.append(seen[1] if seen else 1.0)
-            reach.append(reach[b] * frac)
-            queue.append(c)
-    return _Tree(np.asarray(order, np.int64), np.asarray(left, np.int64),
-                 np.asarray(right, np.int64), np.asarray(prev, np.int64),
-                 np.asarray(z), np.asarray(z_prev), np.asarray(reach), depth)
+def _bfs(forest: Forest, t: int, fractions: np.ndarray, is_leaf: np.ndarray) -> _Tree:
+    """Tree ``t`` breadth first, with each node's feature history along its path: level
+    by level in numpy (a Python loop over the nodes of a deep forest took seconds)."""
+    span = forest.tree(t)
+    left, right = forest.left[span].astype(np.int64), forest.right[span].astype(np.int64)
+    feature, leaf, frac = forest.feature[span], is_leaf[span], fractions[span]
+    size = len(left)
+    parent = np.full(size, -1, dtype=np.int64)
+    internal = np.flatnonzero(~leaf)
+    parent[left[internal]], parent[right[internal]] = internal, internal
+    levels = [np.zeros(1, dtype=np.int64)]
+    while True:
+        split = levels[-1][~leaf[levels[-1]]]
+        if not len(split):
+            break
+        # Left then right child of each node in order: the i-th internal node's
+        # children are numbered 2i + 1 and 2i + 2.
+        levels.append(np.stack([left[split], right[split]], axis=1).reshape(-1))
+    # Per internal node: the node below the nearest edge above it whose parent tests
+    # its feature (-1 when none), found by climbing all nodes one level at a time.
+    prev = np.full(size, -1, dtype=np.int64)
+    below, above = np.arange(size), parent.copy()
+    climbing = internal
+    while len(climbing):
+        up = above[climbing]
+        has_up = up >= 0
+        same = has_up & (feature[np.maximum(up, 0)] == feature[climbing])
+        prev[climbing[same]] = below[climbing[same]]
+        climbing = climbing[has_up & ~same]
+        below[climbing], above[climbing] = above[climbing], parent[above[climbing]]
+    # Down the levels: merged zero fractions, products of fractions, distinct features.
+    edge_prev = np.full(size, -1, dtype=np.int64)  # `prev` of each node's parent
+    z, z_prev, reach = np.ones(size), np.ones(size), np.ones(size)
+    distinct = np.zeros(size, dtype=np.int64)
+    for level in levels[1:]:
+        p = parent[level]
+        pp = prev[p]
+        edge_prev[level] = pp
+        z_prev[level] = np.where(pp >= 0, z[np.maximum(pp, 0)], 1.0)
+        z[level] = z_prev[level] * frac[level]
+        reach[level] = reach[p] * frac[level]
+        distinct[level] = distinct[p] + (pp < 0)
+    order = np.concatenate(levels)
+    number = np.empty(size, dtype=np.int64)
+    number[order] = np.arange(size)
+
+    def numbered(local: np.ndarray) -> np.ndarray:
+        return np.where(local >= 0, number[np.maximum(local, 0)], -1)
+
+    return _Tree(span.start + order, numbered(np.where(leaf, -1, left)[order]),
+                 numbered(np.where(leaf, -1, right)[order]), numbered(edge_prev[order]),
+                 z[order], z_prev[order], reach[order], int(distinct[leaf].max()))
 
 
 def _factors(tree: _Tree, value: np.ndarray, t: np.ndarray,
