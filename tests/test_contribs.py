@@ -14,7 +14,7 @@ from hypothesis import given, settings, strategies as st
 
 import silvanforge
 from silvanforge import reference
-from silvanforge.backends.cpu import Target
+from silvanforge.backends.cpu import Target, openmp
 from silvanforge.errors import ContributionsError, InputError
 from silvanforge.representations.contribs_tables import build_tables
 from silvanforge.runtime import contribs as runtime_contribs
@@ -211,6 +211,8 @@ def test_predictor_contribs_equal_xgboost_and_sum_to_the_margin(multiclass, capl
     expected = model.get_booster().predict(xgb.DMatrix(X), pred_contribs=True)
     assert_parity(phi, expected, "compiled multiclass")
     np.testing.assert_array_equal(phi, again)
+    if openmp.runtime() is not None:  # rows run on threads, not serially
+        assert any(b"GOMP_parallel" in obj for obj in predictor._contribs.code.object_code)
     np.testing.assert_allclose(phi.sum(axis=-1), predictor.predict(X, output="margin"),
                                rtol=1e-9, atol=1e-9)
     # Every input the predictor takes: lists, float32, non-contiguous, no rows.
