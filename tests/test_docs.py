@@ -21,17 +21,19 @@ QUICKSTARTS = {
     "quickstart-sklearn.md": ["sklearn"],
     "quickstart-onnx.md": ["onnx", "onnxruntime", "skl2onnx", "sklearn"],
 }
+# Other pages whose code runs the same way.
+PAGES = {**QUICKSTARTS, "CONTRIBS.md": ["xgboost", "lightgbm", "sklearn", "shap"]}
 
 
 def test_every_quickstart_is_tested():
     assert sorted(p.name for p in DOCS.glob("quickstart-*.md")) == sorted(QUICKSTARTS)
 
 
-@pytest.mark.parametrize("page", sorted(QUICKSTARTS))
+@pytest.mark.parametrize("page", sorted(PAGES))
 def test_quickstart_runs(page, tmp_path, monkeypatch):
     """The page's python blocks, in order, as one program in an empty directory: each
     trains its own model and asserts SilvanForge's predictions equal the library's."""
-    for module in QUICKSTARTS[page]:
+    for module in PAGES[page]:
         pytest.importorskip(module, reason=f"{module} is part of the dev extra")
     blocks = FENCE.findall((DOCS / page).read_text())
     assert blocks and any("assert" in b for b in blocks)
