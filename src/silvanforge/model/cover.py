@@ -20,7 +20,12 @@ from .forest import Forest
 
 def require_contributions(forest: Forest) -> np.ndarray:
     """The forest's covers, or :class:`ContributionsError` saying why it has no SHAP
-    contributions."""
+    contributions.
+
+    >>> require_contributions(silvanforge.load("model.onnx"))   # doctest: +SKIP
+    Traceback (most recent call last):
+    ContributionsError: SHAP contributions need node covers ...
+    """
     if forest.cover is None:
         raise ContributionsError(
             f"SHAP contributions need node covers (the training weight that reached each "
@@ -34,7 +39,11 @@ def require_contributions(forest: Forest) -> np.ndarray:
 
 
 def parents(forest: Forest) -> np.ndarray:
-    """Per node: the global index of its parent, -1 for roots."""
+    """Per node: the global index of its parent, -1 for roots.
+
+    >>> parents(forest)[forest.tree_offsets[:-1]]           # doctest: +SKIP
+    array([-1, -1, ...])
+    """
     base = np.repeat(forest.tree_offsets[:-1], forest.tree_sizes)
     internal = np.flatnonzero(~forest.is_leaf)
     parent = np.full(forest.n_nodes, -1, dtype=np.int64)
@@ -55,7 +64,11 @@ def edge_fractions(forest: Forest) -> np.ndarray:
 
 def tree_scales(forest: Forest) -> np.ndarray:
     """(n_trees, leaf_width): the factor of each tree's leaf values in the margin (the
-    reciprocal of its output's tree count when the margin averages the trees, else 1)."""
+    reciprocal of its output's tree count when the margin averages the trees, else 1).
+
+    >>> tree_scales(random_forest_of_100_trees)[0]          # doctest: +SKIP
+    array([0.01])
+    """
     width = forest.leaf_width
     outputs = forest.tree_output[:, None] + np.arange(width)[None, :]
     if not (forest.average and forest.average_in_margin):

@@ -47,7 +47,11 @@ def _i64(e: ir.Expr) -> ir.Expr:
 
 def model_arrays(forest: Forest, tables: ContribTables) -> dict[str, np.ndarray]:
     """The kernel's model buffers by name, in parameter order: the split fields of the
-    steps (as every representation stores them) and the tables."""
+    steps (as every representation stores them) and the tables.
+
+    >>> sorted(model_arrays(forest, build_tables(forest)))[:3]   # doctest: +SKIP
+    ['bias', 'coeff', 'ratio']
+    """
     spec = DecisionSpec.of(forest, "float64")
     arrays = {f"split_{k}": v for k, v in node_arrays(
         forest, spec, tables.step_global, leaf_bit=False).items()}
@@ -60,7 +64,10 @@ def model_arrays(forest: Forest, tables: ContribTables) -> dict[str, np.ndarray]
 
 def contributions_kernel(forest: Forest, tables: ContribTables,
                          arrays: dict[str, np.ndarray]) -> ir.Kernel:
-    """The LIR of the contributions kernel over ``arrays`` (:func:`model_arrays`)."""
+    """The LIR of the contributions kernel over ``arrays`` (:func:`model_arrays`).
+
+    >>> compile_kernel(contributions_kernel(forest, tables, arrays))  # doctest: +SKIP
+    """
     spec = DecisionSpec.of(forest, "float64")
     buf = {name: ir.Buffer(name, _DTYPES[a.dtype], readonly=True)
            for name, a in arrays.items()}

@@ -30,7 +30,7 @@ from . import fork
 
 log = logging.getLogger("silvanforge")
 # Rows a thread takes at least: fewer cost more to wake than they save (a row through
-# higgs's 100 trees takes about 0.1 ms here).
+# higgs's 100 trees takes about 0.2 ms here).
 ROWS_PER_THREAD = 8
 
 
