@@ -66,7 +66,8 @@ _TREE_KEYS_REQUIRED = ("num_leaves", "num_cat", "leaf_value")
 _TREE_SPLIT_KEYS = ("split_feature", "threshold", "decision_type", "left_child",
                     "right_child")
 _TREE_LINEAR_KEYS = ("leaf_const", "num_features", "leaf_features", "leaf_coeff")
-# Written by LightGBM but irrelevant to predictions: checked for form, then ignored.
+# Written by LightGBM but irrelevant to predictions: checked for form, then ignored
+# (the counts are TreeSHAP's covers, read by _data_counts).
 _TREE_INFO_KEYS = {"split_gain": "internal", "leaf_weight": "leaf", "leaf_count": "leaf",
                    "internal_value": "internal", "internal_weight": "internal",
                    "internal_count": "internal", "shrinkage": "one"}
