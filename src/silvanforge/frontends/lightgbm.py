@@ -72,7 +72,8 @@ _TREE_KEYS_REQUIRED = ("num_leaves", "num_cat", "leaf_value")
 _TREE_SPLIT_KEYS = ("split_feature", "threshold", "decision_type", "left_child",
                     "right_child")
 _TREE_LINEAR_KEYS = ("leaf_const", "num_features", "leaf_features", "leaf_coeff")
-# Written by LightGBM but irrelevant to predictions: checked for form, then ignored.
+# Written by LightGBM but irrelevant to predictions: checked for form, then ignored
+# (the counts are TreeSHAP's covers, read by _data_counts).
 _TREE_INFO_KEYS = {"split_gain": "internal", "leaf_weight": "leaf", "leaf_count": "leaf",
                    "internal_value": "internal", "internal_weight": "internal",
                    "internal_count": "internal", "shrinkage": "one"}
@@ -412,8 +413,26 @@ def _parse_tree(t: int, block: dict[str, str], n_features: int) -> tuple[Tree, b
     source_id = np.r_[np.arange(n_int), np.arange(n_leaves)]
     tree = Tree(left=left, right=right, feature=feature, threshold=threshold,
                 leaf_value=values, default_left=default_left, split_op=OP_LE,
-                missing=missing, categories=categories, linear=linear, source_id=source_id)
+                missing=missing, categories=categories, linear=linear, source_id=source_id,
+                cover=_data_counts(block, n_int, n_leaves, where))
     return tree, is_linear
+
+
+def _data_counts(block: dict[str, str], n_int: int, n_leaves: int,
+                 where: str) -> np.ndarray | None:
+    """The training rows that reached each node (``internal_count``, ``leaf_count``):
+    TreeSHAP's cover, as LightGBM's ``pred_contrib`` uses it; None when the file lacks
+    them. A one-leaf tree may leave its count empty: its cover is never divided by."""
+    if n_int == 0:
+        counts = block.get("leaf_count", "").split()
+        return np.array([float(counts[0]) if len(counts) == 1 else 0.0])
+    if "internal_count" not in block or "leaf_count" not in block:
+        return None
+    counts = np.concatenate([_floats(block, "internal_count", n_int, where),
+                             _floats(block, "leaf_count", n_leaves, where)])
+    if not np.all(np.isfinite(counts)) or np.any(counts < 0):
+        raise ModelFormatError(f"{where}: negative or non-finite data counts")
+    return counts
 
 
 def _cat_storage(block: dict[str, str], n_cat: int, where: str

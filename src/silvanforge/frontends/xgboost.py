@@ -20,6 +20,8 @@ Semantics, checked against XGBoost 3.2 by ``tests/test_xgboost.py``:
   ``inplace_predict`` do by default, even when the model stores a ``best_iteration``
   from early stopping. An sklearn wrapper (``XGBModel``) gives the trees up to its
   ``best_iteration``, as its own ``predict``/``predict_proba`` do.
+* Covers (``sum_hessian``, the training hessian that reached each node) are kept for
+  TreeSHAP; the JSON holds them as float32, which ``pred_contribs`` computes with.
 * pandas categories: XGBoost 3.1+ stores the training categories (``cats``) and
   re-codes a DataFrame's categorical columns against them; the Forest records them as
   ``pandas_categories``. (XGBoost rejects a category it never saw; SilvanForge treats it
@@ -398,6 +400,9 @@ def _read_tree(raw: Any, t: int, output: int, n_features: int, n_outputs: int,
     feature = node_array("split_indices", int_array, lo=0, hi=2**63 - 1)
     cond = node_array("split_conditions", float_array).astype(_F32).astype(np.float64)
     default_left = node_array("default_left", int_array, lo=0, hi=1).astype(bool)
+    # The training hessian that reached each node: TreeSHAP's cover (absent: none).
+    cover = node_array("sum_hessian", float_array).astype(_F32).astype(np.float64) \
+        if "sum_hessian" in raw else None
     split_type = np.zeros(n, dtype=np.int64)
     if "split_type" in raw:
         split_type = node_array("split_type", int_array, lo=0, hi=1)
@@ -452,11 +457,12 @@ def _read_tree(raw: Any, t: int, output: int, n_features: int, n_outputs: int,
     if keep is not None:
         left, right, feature, cond, default_left, values, categories, node_id = _compact(
             keep, left, right, feature, cond, default_left, values, categories, node_id)
+        cover = None if cover is None else cover[keep]
         leaf = left < 0
     return Tree(left=left, right=np.where(leaf, -1, right), feature=np.where(leaf, 0, feature),
                 threshold=np.where(leaf, 0.0, cond), leaf_value=values,
                 default_left=default_left, categories=categories, output=output,
-                source_id=node_id)
+                source_id=node_id, cover=cover)
 
 
 def _vector_leaves(raw: dict, where: str, n: int, width: int, leaf: np.ndarray,
