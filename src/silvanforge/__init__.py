@@ -8,6 +8,7 @@
 import logging
 
 from . import reference
+from .export import load_library
 from .errors import (InputError, MissingDependencyError, ModelFormatError,
                      SilvanForgeError, UnsupportedModelError)
 from .frontends import load
@@ -22,5 +23,6 @@ from .version import __version__
 logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 __all__ = ["load", "compile", "tune", "Configuration", "load_predictor", "Predictor",
+           "load_library",
            "profile", "Profile", "Forest", "reference", "SilvanForgeError", "ModelFormatError",
            "UnsupportedModelError", "InputError", "MissingDependencyError", "__version__"]

@@ -7,13 +7,18 @@
 from __future__ import annotations
 
 import logging
+import os
 import time
 from typing import Any
 
 from ..backends import target_info
+from ..export import Exported, write_library
+from ..export.library import name_of
 from ..frontends import load
 from ..plan import make_plan
+from ..plan.planner import cpu_target
 from . import gc_pause
+from .base import build_representation, model_arrays
 from .gpu import GPUPredictor
 from .predictor import Predictor
 
@@ -77,3 +82,26 @@ def compile(model: Any, target: str = "cpu", schedule: Any = None,
     predictor = PREDICTORS[device](plan)
     log.info("compiled in %.2f s", time.perf_counter() - start)
     return predictor
+
+
+@gc_pause.paused()
+def export(model: Any, directory: str | os.PathLike, name: str | None = None,
+           triple: str | None = None, **options: Any) -> Exported:
+    """Export a model (anything :func:`silvanforge.load` takes) as
+    ``directory/libNAME.so`` and ``directory/NAME.h`` (docs/DEPLOY.md) without compiling
+    it in this process. ``options`` are :func:`compile`'s for the CPU target (``cpu``:
+    the CPU the library is for, default "native"); ``triple`` an LLVM triple for
+    another machine (then ``NAME.o`` and the header are written, with the command that
+    links them). ``name`` defaults to the model file's name.
+
+    >>> silvanforge.runtime.export("higgs.json", "out")                     # doctest: +SKIP
+    >>> silvanforge.runtime.export("m.json", "arm", triple="aarch64-linux-gnu",
+    ...                            cpu="neoverse-n1")                      # doctest: +SKIP
+    """
+    if name is None:
+        name = name_of(model) if isinstance(model, (str, os.PathLike)) else "model"
+    forest = load(model)
+    plan = make_plan(forest, "cpu", triple=triple, **options)
+    representation = build_representation(plan)
+    return write_library(plan, representation, model_arrays(plan.forest, representation),
+                         directory, name, cpu_target(plan.cpu, triple))

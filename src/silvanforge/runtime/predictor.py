@@ -39,6 +39,7 @@ import numpy as np
 
 from ..backends.cpu import CompiledKernel, RowsLayout, Target, compile_kernels
 from ..errors import BackendError, InputError, ModelFormatError, SilvanForgeError
+from ..export import Exported, write_library
 from ..hir import print_plan
 from ..lir import finish as kernel_finish, lower as lir_lower
 from ..lir.printer import print_lir
@@ -232,6 +233,19 @@ class Predictor(ForestShape):
         if not kernel.call(rows, n, result, *args, threads, finish):
             raise BackendError(f"the kernel refused rows converted for it: "
                                f"{rows.dtype} {rows.shape} {rows.flags}")
+
+    def export(self, directory: str | os.PathLike, name: str = "model") -> Exported:
+        """Write this predictor as ``directory/libNAME.so`` and ``directory/NAME.h``: the
+        same kernels and model, for the same CPU, callable from C without Python
+        (docs/DEPLOY.md); without a C compiler here, ``NAME.o`` and the command that
+        links it. ``silvanforge.load_library`` loads the library in Python.
+
+        >>> predictor.export("out", name="higgs")                # doctest: +SKIP
+        >>> silvanforge.load_library("out/libhiggs.so").predict(X)  # doctest: +SKIP
+        """
+        kernels = [(k.mir, k.lir) for k in filter(None, (self._main, self._small))]
+        return write_library(self.plan, self.representation, self._model_arrays, directory,
+                             name, self.kernel.target, kernels)
 
     def dump(self, level: str) -> str:
         """The text of one level: "plan" (every choice the planner made), "hir", "mir",
