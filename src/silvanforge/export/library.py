@@ -48,7 +48,7 @@ from ..lir import finish as kernel_finish, ir, lower as lir_lower
 from ..mir import lower as mir_lower
 from ..model.forest import Forest
 from ..plan import Plan
-from ..plan.plan import MAX_JOBS
+from ..plan.plan import MAX_JOBS, checked_jobs
 from ..representations import REGISTRY
 from ..version import __version__
 
@@ -124,12 +124,14 @@ def name_of(path: str | os.PathLike) -> str:
 def write_library(plan: Plan, representation: Any, arrays: Sequence[np.ndarray],
                   directory: str | os.PathLike, name: str = "model",
                   target: Target | None = None,
-                  kernels: Sequence[tuple[Any, ir.Kernel]] | None = None) -> Exported:
+                  kernels: Sequence[tuple[Any, ir.Kernel]] | None = None,
+                  threads: int = 0) -> Exported:
     """Write ``directory/libNAME.so`` and ``directory/NAME.h`` for ``plan`` (see the
     module docstring), built for ``target`` (default: the plan's CPU on this machine).
     ``representation`` and ``arrays`` are the plan's representation and its model
     buffers (``runtime.base``); ``kernels`` the plan's (MIR, LIR) kernels, when already
-    lowered.
+    lowered. ``threads``: the threads a call uses until ``NAME_set_num_threads``
+    (0: the OpenMP runtime's default).
 
     >>> write_library(plan, rep, arrays, "out", "higgs")       # doctest: +SKIP
     """
@@ -149,13 +151,14 @@ def write_library(plan: Plan, representation: Any, arrays: Sequence[np.ndarray],
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     header = directory / f"{name}.h"
-    text = _module_text(plan, kernels, arrays, name, target)
+    threads = checked_jobs(threads, "threads") if threads else 0
+    text = _module_text(plan, kernels, arrays, name, target, threads)
     try:
         obj, _ = build.build(text, target.triple, target.cpu, target.features,
                              REGISTRY[plan.representation].llvm_opt, pic=True)
     except build.BuildError as exc:
         raise BackendError(f"library {name}: invalid LLVM IR: {exc}") from None
-    header.write_text(header_text(forest, name, target))
+    header.write_text(header_text(forest, name, target, threads))
     openmp = b"GOMP_parallel" in obj
     library = directory / f"lib{name}.so"
     foreign = target.triple.split("-")[0] != llvm.get_process_triple().split("-")[0]
@@ -200,8 +203,9 @@ def _kernels(plan: Plan, representation: Any) -> list[tuple[Any, ir.Kernel]]:
 
 # ---- the header ------------------------------------------------------------------------
 
-def header_text(forest: Forest, name: str, target: Target) -> str:
+def header_text(forest: Forest, name: str, target: Target, threads: int = 0) -> str:
     """The C header of library ``name``: everything a C program needs to call it."""
+    default = f"{threads} (set at export)" if threads else "0"
     up = name.upper()
     lines = [
         f"/* {name}.h: a decision forest compiled by SilvanForge {__version__}.",
@@ -236,9 +240,9 @@ def header_text(forest: Forest, name: str, target: Target) -> str:
         lines += [f"/* {e.doc}. */",
                   f"int {name}_{e.suffix}(const {ctype} *rows, int64_t n_rows, double *out);"]
     lines += [
-        "/* The threads a call may use: n > 0, or 0 (the default) for the OpenMP "
-        "runtime's default",
-        " * (OMP_NUM_THREADS, else every CPU). Calls of few rows use fewer. */",
+        "/* The threads a call may use: n > 0, or 0 for the OpenMP runtime's default",
+        f" * (OMP_NUM_THREADS, else every CPU); until set: {default}. Calls of few rows "
+        "use fewer. */",
         f"void {name}_set_num_threads(int n);",
         "/* Why this thread's last failed call failed (\"\" before any failure). */",
         f"const char *{name}_last_error(void);",
@@ -276,11 +280,12 @@ def metadata(forest: Forest, name: str, target: Target) -> dict[str, Any]:
 # ---- the LLVM module -------------------------------------------------------------------
 
 def _module_text(plan: Plan, kernels: Sequence[tuple[Any, ir.Kernel]],
-                 arrays: Sequence[np.ndarray], name: str, target: Target) -> str:
+                 arrays: Sequence[np.ndarray], name: str, target: Target,
+                 threads: int = 0) -> str:
     """One module: the kernels (internal, renamed ``NAME.kernelI``) and the wrappers."""
     renamed = [replace(k, name=f"{name}.kernel{i}") for i, (_, k) in enumerate(kernels)]
     mir = {k.name: fn for k, (fn, _) in zip(renamed, kernels)}
-    wrapper = _Wrapper(plan, renamed, mir, arrays, name, target).text()
+    wrapper = _Wrapper(plan, renamed, mir, arrays, name, target, threads).text()
     module = llvm.parse_assembly(str(render_kernel(renamed[0], target)))
     for kernel in renamed[1:]:
         module.link_in(llvm.parse_assembly(str(render_kernel(kernel, target))))
@@ -316,9 +321,10 @@ class _Wrapper:
     """The wrapper module's text: the model globals and the C functions."""
 
     def __init__(self, plan: Plan, kernels: Sequence[ir.Kernel], mir: dict[str, Any],
-                 arrays: Sequence[np.ndarray], name: str, target: Target) -> None:
+                 arrays: Sequence[np.ndarray], name: str, target: Target,
+                 threads: int = 0) -> None:
         self.plan, self.kernels, self.name, self.target = plan, kernels, name, target
-        self.mir = mir
+        self.mir, self.threads = mir, threads
         self.forest = plan.forest
         self.input = np.dtype(self.forest.input_dtype)
         self.lines: list[str] = []
@@ -334,7 +340,7 @@ class _Wrapper:
         lines += [_global(ref, data) for ref, data in self.model]
         meta = json.dumps(metadata(self.forest, n, self.target)).encode() + b"\0"
         lines.append(_global(f"@{n}_metadata_json", meta, linkage=""))
-        lines += [f'@"{n}.threads" = internal global i32 0, align 4',
+        lines += [f'@"{n}.threads" = internal global i32 {self.threads}, align 4',
                   f'@"{n}.error" = internal thread_local global i8* null, align 8',
                   "declare i8* @malloc(i64)", "declare i8* @calloc(i64, i64)",
                   "declare void @free(i8*)", "declare i8* @memset(i8*, i32, i64)"]

@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 from ..backends import target_info
+from ..backends.cpu import Target
 from ..export import Exported, write_library
 from ..export.library import name_of
 from ..frontends import load
@@ -90,9 +91,10 @@ def export(model: Any, directory: str | os.PathLike, name: str | None = None,
     """Export a model (anything :func:`silvanforge.load` takes) as
     ``directory/libNAME.so`` and ``directory/NAME.h`` (docs/DEPLOY.md) without compiling
     it in this process. ``options`` are :func:`compile`'s for the CPU target (``cpu``:
-    the CPU the library is for, default "native"); ``triple`` an LLVM triple for
-    another machine (then ``NAME.o`` and the header are written, with the command that
-    links them). ``name`` defaults to the model file's name.
+    the CPU the library is for, default "native"; ``n_jobs``: the library's default
+    thread count, else the OpenMP runtime's); ``triple`` an LLVM triple for another
+    machine (then ``NAME.o`` and the header are written, with the command that links
+    them; ``cpu`` defaults to "generic"). ``name`` defaults to the model file's name.
 
     >>> silvanforge.runtime.export("higgs.json", "out")                     # doctest: +SKIP
     >>> silvanforge.runtime.export("m.json", "arm", triple="aarch64-linux-gnu",
@@ -100,8 +102,12 @@ def export(model: Any, directory: str | os.PathLike, name: str | None = None,
     """
     if name is None:
         name = name_of(model) if isinstance(model, (str, os.PathLike)) else "model"
+    if triple is not None and options.get("cpu") is None and \
+            triple.split("-")[0] != Target.host().triple.split("-")[0]:
+        options["cpu"] = "generic"  # "native" is this machine's
     forest = load(model)
     plan = make_plan(forest, "cpu", triple=triple, **options)
     representation = build_representation(plan)
     return write_library(plan, representation, model_arrays(plan.forest, representation),
-                         directory, name, cpu_target(plan.cpu, triple))
+                         directory, name, cpu_target(plan.cpu, triple),
+                         threads=options.get("n_jobs") or 0)
