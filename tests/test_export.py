@@ -180,6 +180,9 @@ def test_cross_compiled_object_for_aarch64(xgb_model, tmp_path, capsys):
     assert not any(".kernel" in s for s in defined)  # the kernels stay internal
     with pytest.raises(BackendError, match="'native' is this machine's"):
         export(xgb_model, tmp_path, triple="aarch64-linux-gnu", cpu="native")
+    # Model buffers are written in the target's byte order.
+    assert library._big_endian("powerpc64-linux-gnu")
+    assert not library._big_endian("aarch64-linux-gnu")
 
 
 def test_without_a_compiler_the_object_and_the_link_command(xgb_model, tmp_path,

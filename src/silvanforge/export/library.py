@@ -152,6 +152,8 @@ def write_library(plan: Plan, representation: Any, arrays: Sequence[np.ndarray],
     directory.mkdir(parents=True, exist_ok=True)
     header = directory / f"{name}.h"
     threads = checked_jobs(threads, "threads") if threads else 0
+    if _big_endian(target.triple) == np.little_endian:  # the globals in its byte order
+        arrays = [a.astype(a.dtype.newbyteorder("S")) for a in arrays]
     text = _module_text(plan, kernels, arrays, name, target, threads)
     try:
         obj, _ = build.build(text, target.triple, target.cpu, target.features,
@@ -159,28 +161,53 @@ def write_library(plan: Plan, representation: Any, arrays: Sequence[np.ndarray],
     except build.BuildError as exc:
         raise BackendError(f"library {name}: invalid LLVM IR: {exc}") from None
     header.write_text(header_text(forest, name, target, threads))
-    openmp = b"GOMP_parallel" in obj
     library = directory / f"lib{name}.so"
-    foreign = target.triple.split("-")[0] != llvm.get_process_triple().split("-")[0]
+    foreign = _foreign(target.triple)
     cc = None if foreign else compiler()
-    prefix = f"{target.triple}-gcc" if foreign else (cc or "cc")
-    command = [prefix, "-shared", "-o", str(library), f"-Wl,-soname,lib{name}.so",
-               f"{name}.o"] + (["-fopenmp"] if openmp else []) + ["-lm"]
     if cc is None:
         path = directory / f"{name}.o"
         path.write_bytes(obj)
-        command[5] = str(path)
-        return Exported(header, None, path, shlex.join(command), target)
+        prefix = f"{target.triple}-gcc" if foreign else "cc"
+        return Exported(header, None, path, link_command(prefix, library, path, obj), target)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / f"{name}.o"
         path.write_bytes(obj)
-        command[5] = str(path)
-        done = subprocess.run(command, capture_output=True, text=True)
+        command = link_command(cc, library, path, obj)
+        done = subprocess.run(shlex.split(command), capture_output=True, text=True)
     if done.returncode != 0:
-        raise BackendError(f"linking {library} failed ({shlex.join(command)}): "
-                           f"{done.stderr.strip()[-2000:]}")
+        kept = directory / f"{name}.o"
+        kept.write_bytes(obj)
+        raise BackendError(f"linking {library} failed: {done.stderr.strip()[-2000:]} (wrote "
+                           f"{kept} and {header}; link them with: "
+                           f"{link_command(cc, library, kept, obj)})")
     log.info("exported %s (%d bytes of object code)", library, len(obj))
-    return Exported(header, library, None, shlex.join(command), target)
+    return Exported(header, library, None, command, target)
+
+
+def link_command(cc: str, library: Path, obj_path: Path, obj: bytes) -> str:
+    """The shell command linking ``obj`` (written at ``obj_path``) into ``library`` with
+    the C compiler ``cc``: OpenMP's runtime only when the code calls it.
+
+    >>> link_command("cc", Path("out/libm1.so"), Path("m1.o"), b"")
+    'cc -shared -o out/libm1.so -Wl,-soname,libm1.so m1.o -lm'
+    """
+    openmp = ["-fopenmp"] if b"GOMP_parallel" in obj else []
+    return shlex.join([*shlex.split(cc), "-shared", "-o", str(library),
+                       f"-Wl,-soname,{library.name}", str(obj_path), *openmp, "-lm"])
+
+
+def _foreign(triple: str) -> bool:
+    """Whether ``triple`` names another architecture than this machine's."""
+    return triple.split("-")[0] != llvm.get_process_triple().split("-")[0]
+
+
+def _big_endian(triple: str) -> bool:
+    """Whether ``triple``'s data is big-endian (its data layout starts with "E")."""
+    if not _foreign(triple):
+        return not np.little_endian
+    llvm.initialize_all_targets()
+    machine = llvm.Target.from_triple(triple).create_target_machine()
+    return str(machine.target_data).startswith("E")
 
 
 def compiler() -> str | None:
@@ -300,6 +327,11 @@ def _module_text(plan: Plan, kernels: Sequence[tuple[Any, ir.Kernel]],
     return str(module)
 
 
+def _json_value(value: Any) -> Any:
+    """A numpy scalar or array in the metadata as JSON; anything else as its text."""
+    return value.tolist() if isinstance(value, (np.generic, np.ndarray)) else str(value)
+
+
 def _c_string(data: bytes) -> str:
     """``data`` as an LLVM ``c"..."`` body (every byte escaped, built by numpy: model
     buffers may be megabytes)."""
@@ -338,7 +370,8 @@ class _Wrapper:
     def text(self) -> str:
         n, lines = self.name, self.lines
         lines += [_global(ref, data) for ref, data in self.model]
-        meta = json.dumps(metadata(self.forest, n, self.target)).encode() + b"\0"
+        meta = json.dumps(metadata(self.forest, n, self.target),
+                          default=_json_value).encode() + b"\0"
         lines.append(_global(f"@{n}_metadata_json", meta, linkage=""))
         lines += [f'@"{n}.threads" = internal global i32 {self.threads}, align 4',
                   f'@"{n}.error" = internal thread_local global i8* null, align 8',
