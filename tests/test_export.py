@@ -8,9 +8,11 @@ CI must run these: there a missing ``cc`` or ``readelf`` is a failure; elsewhere
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
 import subprocess
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -110,6 +112,19 @@ def test_xgboost_library_from_c_matches_the_reference_in_threads(xgb_model, tmp_
     with pytest.raises(InputError, match="expects 6 features"):
         lib.predict(X[:, :3])
     assert lib.predict(X[:0]).shape == (0,)
+    # The error string is per thread, also when the library is dlopen'ed.
+    c = ctypes.CDLL(str(written.library))
+    c.xgbc_predict.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p]
+    c.xgbc_last_error.restype = ctypes.c_char_p
+    seen = []
+
+    def fail() -> None:
+        seen.append((c.xgbc_predict(None, 3, None), c.xgbc_last_error()))
+
+    thread = threading.Thread(target=fail)
+    thread.start()
+    thread.join()
+    assert seen == [(1, b"rows or out is NULL")] and c.xgbc_last_error() == b""
 
 
 def test_lightgbm_categorical_multiclass_from_the_cli(tmp_path, capsys):
