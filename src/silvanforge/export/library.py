@@ -34,7 +34,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Collection, Sequence
 
 import llvmlite.binding as llvm
 import numpy as np
@@ -157,7 +157,8 @@ def write_library(plan: Plan, representation: Any, arrays: Sequence[np.ndarray],
     text = _module_text(plan, kernels, arrays, name, target, threads)
     try:
         obj, _ = build.build(text, target.triple, target.cpu, target.features,
-                             REGISTRY[plan.representation].llvm_opt, pic=True)
+                             REGISTRY[plan.representation].llvm_opt, pic=True,
+                             keep_ir=False)
     except build.BuildError as exc:
         raise BackendError(f"library {name}: invalid LLVM IR: {exc}") from None
     header.write_text(header_text(forest, name, target, threads))
@@ -309,22 +310,19 @@ def metadata(forest: Forest, name: str, target: Target) -> dict[str, Any]:
 def _module_text(plan: Plan, kernels: Sequence[tuple[Any, ir.Kernel]],
                  arrays: Sequence[np.ndarray], name: str, target: Target,
                  threads: int = 0) -> str:
-    """One module: the kernels (internal, renamed ``NAME.kernelI``) and the wrappers."""
+    """One module: the kernels (renamed ``NAME.kernelI``, internal, ``noinline``: one
+    copy, called as the JIT calls it) and the wrappers."""
     renamed = [replace(k, name=f"{name}.kernel{i}") for i, (_, k) in enumerate(kernels)]
-    mir = {k.name: fn for k, (fn, _) in zip(renamed, kernels)}
-    wrapper = _Wrapper(plan, renamed, mir, arrays, name, target, threads).text()
-    module = llvm.parse_assembly(str(render_kernel(renamed[0], target)))
-    for kernel in renamed[1:]:
-        module.link_in(llvm.parse_assembly(str(render_kernel(kernel, target))))
-    try:
-        module.link_in(llvm.parse_assembly(wrapper))
-    except RuntimeError as exc:
-        raise BackendError(f"library {name}: invalid wrapper IR: {exc}") from None
+    module = None
     for kernel in renamed:
-        fn = module.get_function(kernel.name)
-        fn.linkage = llvm.Linkage.internal
-        fn.add_function_attribute("noinline")  # one copy, called as the JIT calls it
-    return str(module)
+        module = render_kernel(kernel, target, module=module)
+        fn = module.get_global(kernel.name)
+        fn.linkage = "internal"
+        fn.attributes.add("noinline")
+    mir = {k.name: fn for k, (fn, _) in zip(renamed, kernels)}
+    wrapper = _Wrapper(plan, renamed, mir, arrays, name, target, threads)
+    assert module is not None  # a plan has a kernel
+    return str(module) + wrapper.text(set(module.globals))
 
 
 def _json_value(value: Any) -> Any:
@@ -367,20 +365,20 @@ class _Wrapper:
         self.strings: dict[str, str] = {}
         self.counter = 0
 
-    def text(self) -> str:
+    def text(self, declared: Collection[str] = ()) -> str:
+        """The module text after a module declaring or defining ``declared``."""
         n, lines = self.name, self.lines
         lines += [_global(ref, data) for ref, data in self.model]
         meta = json.dumps(metadata(self.forest, n, self.target),
                           default=_json_value).encode() + b"\0"
         lines.append(_global(f"@{n}_metadata_json", meta, linkage=""))
         lines += [f'@"{n}.threads" = internal global i32 {self.threads}, align 4',
-                  f'@"{n}.error" = internal thread_local global i8* null, align 8',
-                  "declare i8* @malloc(i64)", "declare i8* @calloc(i64, i64)",
-                  "declare void @free(i8*)", "declare i8* @memset(i8*, i32, i64)"]
+                  f'@"{n}.error" = internal thread_local global i8* null, align 8']
+        c_functions = {"malloc": "i8* @malloc(i64)", "calloc": "i8* @calloc(i64, i64)",
+                       "free": "void @free(i8*)", "memset": "i8* @memset(i8*, i32, i64)"}
         if self.parallel:
-            lines.append("declare i32 @omp_get_max_threads()")
-        for k in self.kernels:
-            lines.append(f'declare void @"{k.name}"({", ".join(self.param_types(k))})')
+            c_functions["omp_get_max_threads"] = "i32 @omp_get_max_threads()"
+        lines += [f"declare {d}" for f, d in c_functions.items() if f not in declared]
         lines += [
             f"define i8* @{n}_metadata() {{",
             f"  ret i8* getelementptr ([{len(meta)} x i8], [{len(meta)} x i8]* "

@@ -45,7 +45,7 @@ BUILDS_PER_WORKER = 100
 
 
 def build(text: str, triple: str, cpu: str, features: str,
-          opt: int, pic: bool = False) -> tuple[bytes, str]:
+          opt: int, pic: bool = False, keep_ir: bool = True) -> tuple[bytes, str]:
     """:func:`build_object`'s answer, built by this process's home worker (so that the
     pipeline's leak is not this process's); built here when no worker can be had.
 
@@ -54,7 +54,7 @@ def build(text: str, triple: str, cpu: str, features: str,
     >>> "define void @f()" in ir
     True
     """
-    target = (triple, cpu, features, opt, pic)
+    target = (triple, cpu, features, opt, pic, keep_ir)
     with _HOME_LOCK:
         home = _HOME[0] if _HOME else None
         if home is None or not home.alive():
@@ -76,11 +76,12 @@ def build(text: str, triple: str, cpu: str, features: str,
 
 
 def build_object(text: str, triple: str, cpu: str, features: str,
-                 opt: int, pic: bool = False) -> tuple[bytes, str]:
+                 opt: int, pic: bool = False, keep_ir: bool = True) -> tuple[bytes, str]:
     """Parse, verify and optimise ``text`` at level ``opt`` (0-3) and emit it for the
-    given target: (object code, optimised IR). ``pic``: position-independent code for a
-    shared library (an exported one, :mod:`silvanforge.export`), else code for the JIT.
-    A triple of another architecture than this machine's is built too (cross-compiling).
+    given target: (object code, optimised IR; "" without ``keep_ir``: printing a module
+    with megabytes of constants takes seconds). ``pic``: position-independent code for
+    a shared library (an exported one, :mod:`silvanforge.export`), else code for the
+    JIT. A triple of another architecture than this machine's is built too.
 
     >>> obj, ir = build_object("define void @f() { ret void }", llvm.get_process_triple(),
     ...                        "", "", 2)
@@ -105,7 +106,7 @@ def build_object(text: str, triple: str, cpu: str, features: str,
     options = llvm.create_pipeline_tuning_options(speed_level=opt)
     passes = llvm.create_pass_builder(machine, options)
     passes.getModulePassManager().run(module, passes)
-    return machine.emit_object(module), str(module)
+    return machine.emit_object(module), str(module) if keep_ir else ""
 
 
 class ParallelBuild:

@@ -104,19 +104,20 @@ def _log_sizes(name: str, instructions: int, built: list[tuple[bytes, str]]) -> 
               name, instructions, len(built), sum(len(obj) for obj, _ in built))
 
 
-def render_kernel(kernel: ir.Kernel, target: Target,
-                  pieces: "_Pieces | None" = None) -> ll.Module:
+def render_kernel(kernel: ir.Kernel, target: Target, pieces: "_Pieces | None" = None,
+                  module: ll.Module | None = None) -> ll.Module:
     """The LLVM module of ``kernel`` for ``target`` (its outlined functions handed to
-    ``pieces`` when given): what :func:`compile_kernel` builds, and an exported library
-    holds (:mod:`silvanforge.export`). Parallel loops call OpenMP where this process
-    found a runtime, else run serially.
+    ``pieces`` when given; added to ``module`` when given): what :func:`compile_kernel`
+    builds, and an exported library holds (:mod:`silvanforge.export`). Parallel loops
+    call OpenMP where this process found a runtime, else run serially.
 
     >>> print(render_kernel(ir.Kernel("noop", [], []), Target.host()).get_global("noop").ftype)
     void ()
     """
     parallel = any(isinstance(s, ir.For) and s.parallel for s in walk_stmts(kernel.body))
     return render_module(kernel, openmp=parallel and openmp.runtime() is not None,
-                         outlined=pieces, avx512="avx512f" in target.enabled())
+                         outlined=pieces, avx512="avx512f" in target.enabled(),
+                         module=module)
 
 
 def compile_kernels(kernels: Sequence[ir.Kernel], *, opt: int = 2,
