@@ -145,11 +145,13 @@ def main(argv=None) -> int:
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 64, 2000])
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--min-sample", type=float, default=0.02,
+                        help="seconds a timed sample lasts at least (default 0.02)")
     args = parser.parse_args(argv)
     if len(args.pairs) % 2:
         parser.error("give MODEL ROWS.csv pairs")
     print(f"CPU: {cpu_name()} ({os.cpu_count()} CPUs), median of {args.rounds} "
-          "interleaved rounds\n")
+          f"interleaved rounds of samples of at least {args.min_sample} s\n")
     print("| model | rows a call | threads | predictor (Python) ns/row | library (C) ns/row "
           "| C / Python |")
     print("|---|---:|---:|---:|---:|---:|")
@@ -175,7 +177,7 @@ def main(argv=None) -> int:
                     t = bench.interleaved_medians({
                         "py": _python_timer(predictor, rows, batch, threads),
                         "c": lambda loops, b=batch, th=threads: harness.run(b, loops, th)},
-                        rounds=args.rounds)
+                        rounds=args.rounds, min_s=args.min_sample)
                     py, c = t["py"] / batch * 1e9, t["c"] / batch * 1e9
                     print(f"| {Path(model).name} | {batch} | {threads} | {py:.1f} | "
                           f"{c:.1f} | {c / py:.2f} |", flush=True)

@@ -288,10 +288,13 @@ def header_text(forest: Forest, name: str, target: Target, threads: int = 0) -> 
 
 def metadata(forest: Forest, name: str, target: Target) -> dict[str, Any]:
     """The JSON object ``NAME_metadata()`` returns (silvanforge.load_library's input)."""
-    outputs: dict[str, str] = {}
+    # Each output's float64-rows function and its columns (every output has N_OUTPUTS
+    # today; one of another width, leaf indices, says so here for the loader).
+    outputs: dict[str, dict[str, Any]] = {}
     for e in ENTRIES:
         if e.input == np.dtype(np.float64):
-            outputs.setdefault(e.output, f"{name}_{e.suffix}")
+            outputs.setdefault(e.output, {"function": f"{name}_{e.suffix}",
+                                          "columns": forest.n_outputs})
     labels = forest.class_labels
     return {"format": FORMAT_VERSION, "silvanforge": __version__, "name": name,
             "n_features": forest.n_features, "n_outputs": forest.n_outputs,

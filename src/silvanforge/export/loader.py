@@ -50,27 +50,32 @@ class Library:
                                    f"{name!r} ({exc})") from None
         try:
             meta = json.loads(text.decode())
-        except (UnicodeDecodeError, ValueError) as exc:
-            raise ModelFormatError(f"{path}: corrupt metadata ({exc})") from None
-        if not isinstance(meta, dict) or meta.get("format") != FORMAT_VERSION:
-            raise ModelFormatError(f"{path}: library format {meta.get('format')!r} is not "
-                                   f"{FORMAT_VERSION} (export it again)")
-        self.metadata: dict[str, Any] = meta
-        self.target = Target(*meta["target"])
+            fmt = meta.get("format") if isinstance(meta, dict) else None
+            if type(fmt) is not int or fmt != FORMAT_VERSION:
+                raise ModelFormatError(f"{path}: library format {fmt!r} is not "
+                                       f"{FORMAT_VERSION} (export it again)")
+            self.metadata: dict[str, Any] = meta
+            self.target = Target(*map(str, meta["target"]))
+            self.n_features = int(meta["n_features"])
+            self.n_outputs = int(meta["n_outputs"])
+            self._flat = bool(meta["flat_output"]) and self.n_outputs == 1
+            outputs = {str(k): (str(v["function"]), int(v["columns"]))
+                       for k, v in meta["outputs"].items()}
+        except (UnicodeDecodeError, ValueError, KeyError, TypeError,
+                AttributeError) as exc:
+            raise ModelFormatError(f"{path}: corrupt metadata ({exc!r})") from None
         refusal = self.target.mismatch(Target.host())
-        if refusal is not None:
+        if refusal is not None:  # checked before any of its code runs
             raise BackendError(f"{path} {refusal}: export it for this CPU (--cpu)")
-        self.n_features, self.n_outputs = int(meta["n_features"]), int(meta["n_outputs"])
-        self._flat = bool(meta["flat_output"]) and self.n_outputs == 1
         self._shape = SimpleNamespace(n_features=self.n_features,
                                       input_dtype=np.dtype(np.float64),
                                       pandas_categories=None)
-        self._functions = {}
-        for output, symbol in meta["outputs"].items():
+        self._functions = {}  # output: (C function, columns)
+        for output, (symbol, columns) in outputs.items():
             fn = getattr(self._lib, symbol)
             fn.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p]
             fn.restype = ctypes.c_int
-            self._functions[output] = fn
+            self._functions[output] = (fn, columns)
         self._last_error = getattr(self._lib, f"{name}_last_error")
         self._last_error.restype = ctypes.c_char_p
         self._set_threads = getattr(self._lib, f"{name}_set_num_threads")
@@ -83,15 +88,15 @@ class Library:
         >>> lib = silvanforge.load_library("out/libhiggs.so")    # doctest: +SKIP
         >>> lib.predict(X, output="margin")                      # doctest: +SKIP
         """
-        fn = self._functions.get(output)
-        if fn is None:
+        if output not in self._functions:
             raise InputError(f"output must be one of {', '.join(self._functions)}, not "
                              f"{output!r}")
+        fn, columns = self._functions[output]
         rows = as_rows(X, self._shape)
-        out = np.empty((len(rows), self.n_outputs))
+        out = np.empty((len(rows), columns))
         if fn(rows.ctypes.data, len(rows), out.ctypes.data) != 0:
             raise InputError(f"{self.name}: {self._last_error().decode()}")
-        return out[:, 0] if self._flat else out
+        return out[:, 0] if self._flat and columns == 1 else out
 
     def set_num_threads(self, n: int) -> None:
         """The threads a call may use (0: the OpenMP runtime's default)."""
