@@ -213,7 +213,11 @@ def _big_endian(triple: str) -> bool:
 
 def compiler() -> str | None:
     """The C compiler that links libraries: ``$CC``, else ``cc``, ``gcc`` or ``clang``
-    on the PATH; None without one."""
+    on the PATH; None without one.
+
+    >>> compiler()                                             # doctest: +SKIP
+    'cc'
+    """
     for candidate in (os.environ.get("CC"), "cc", "gcc", "clang"):
         if candidate and shutil.which(candidate.split()[0]):
             return candidate
@@ -232,7 +236,10 @@ def _kernels(plan: Plan, representation: Any) -> list[tuple[Any, ir.Kernel]]:
 # ---- the header ------------------------------------------------------------------------
 
 def header_text(forest: Forest, name: str, target: Target, threads: int = 0) -> str:
-    """The C header of library ``name``: everything a C program needs to call it."""
+    """The C header of library ``name``: everything a C program needs to call it.
+
+    >>> print(header_text(forest, "higgs", Target.host()))     # doctest: +SKIP
+    """
     default = f"{threads} (set at export)" if threads else "0"
     up = name.upper()
     lines = [
@@ -287,7 +294,11 @@ def header_text(forest: Forest, name: str, target: Target, threads: int = 0) -> 
 
 
 def metadata(forest: Forest, name: str, target: Target) -> dict[str, Any]:
-    """The JSON object ``NAME_metadata()`` returns (silvanforge.load_library's input)."""
+    """The JSON object ``NAME_metadata()`` returns (silvanforge.load_library's input).
+
+    >>> metadata(forest, "higgs", Target.host())["outputs"]     # doctest: +SKIP
+    {'value': {'function': 'higgs_predict', 'columns': 1}, 'margin': {...}}
+    """
     # Each output's float64-rows function and its columns (every output has N_OUTPUTS
     # today; one of another width, leaf indices, says so here for the loader).
     outputs: dict[str, dict[str, Any]] = {}

@@ -99,7 +99,11 @@ class Library:
         return out[:, 0] if self._flat and columns == 1 else out
 
     def set_num_threads(self, n: int) -> None:
-        """The threads a call may use (0: the OpenMP runtime's default)."""
+        """The threads a call may use (0: the OpenMP runtime's default), for every
+        caller of this library in the process (``NAME_set_num_threads``).
+
+        >>> lib.set_num_threads(4)                               # doctest: +SKIP
+        """
         self._set_threads(int(n))
 
     def __repr__(self) -> str:
