@@ -198,8 +198,23 @@ def link_command(cc: str, library: Path, obj_path: Path, obj: bytes) -> str:
 
 
 def _foreign(triple: str) -> bool:
-    """Whether ``triple`` names another architecture than this machine's."""
-    return triple.split("-")[0] != llvm.get_process_triple().split("-")[0]
+    """Whether ``triple`` names another architecture or system than this machine's
+    (then the object file is not linked here).
+
+    >>> _foreign(llvm.get_process_triple()), _foreign("x86_64-pc-windows-msvc")
+    (False, True)
+    """
+    return _system(triple) != _system(llvm.get_process_triple())
+
+
+def _system(triple: str) -> tuple[str, str]:
+    """A triple's architecture and operating system (its vendor may be left out)."""
+    parts = triple.lower().split("-")
+    return parts[0], next((p for p in parts[1:] if p.startswith(_SYSTEMS)), "")
+
+
+_SYSTEMS = ("linux", "windows", "win32", "darwin", "macos", "ios", "freebsd", "netbsd",
+            "openbsd", "none", "wasi", "elf", "uefi")
 
 
 def _big_endian(triple: str) -> bool:
