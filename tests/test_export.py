@@ -229,3 +229,13 @@ def test_refusals(xgb_model, tmp_path):
         silvanforge.load_library(written.library)
     with pytest.raises(InputError, match="libNAME.so"):
         silvanforge.load_library(tmp_path / "other.h")
+
+
+def test_iteration_range_and_outputs(xgb_model, tmp_path):
+    with pytest.raises(InputError, match="not 'leaf'"):
+        export(xgb_model, tmp_path, outputs=("leaf",))
+    _tool("cc")
+    written = export(xgb_model, tmp_path, name="half", iteration_range=(0, 10))
+    X = _rows(6, 50, seed=6)
+    assert_parity(silvanforge.load_library(written.library).predict(X),
+                  reference.predict(silvanforge.load(xgb_model).slice(0, 10), X))

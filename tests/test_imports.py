@@ -32,6 +32,7 @@ LAYERS = [
     ("plan",),
     ("export",),  # a plan's kernels as a shared library; its ctypes loader
     ("runtime",),
+    ("estimator",),  # compile_estimator: estimators' methods over a predictor
     ("bench",),
     ("tune",),
     ("tabular", "demo"),  # the CLI's files (rows in, predictions out); its demo

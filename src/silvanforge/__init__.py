@@ -14,6 +14,7 @@ from .errors import (InputError, MissingDependencyError, ModelFormatError,
 from .frontends import load
 from .model import Forest
 from .plan import Profile, profile
+from .estimator import CompiledEstimator, compile_estimator
 from .runtime import Predictor, compile, load_predictor
 from .tune import Configuration, tune
 from .version import __version__
@@ -22,7 +23,7 @@ from .version import __version__
 # the application configures logging; `silvanforge -v` does (cli.py).
 logging.getLogger(__name__).addHandler(logging.NullHandler())
 
-__all__ = ["load", "compile", "tune", "Configuration", "load_predictor", "Predictor",
+__all__ = ["load", "compile", "compile_estimator", "CompiledEstimator", "tune", "Configuration", "load_predictor", "Predictor",
            "load_library",
            "profile", "Profile", "Forest", "reference", "SilvanForgeError", "ModelFormatError",
            "UnsupportedModelError", "InputError", "MissingDependencyError", "__version__"]

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from .errors import InputError
-from .model import transforms
+from .model import leaf_ids, transforms
 from .model.forest import (MISSING_NAN, MISSING_ZERO, OP_CAT, OP_LE, OP_LT,
                            ZERO_THRESHOLD, Forest)
 from .model.inputs import as_matrix
@@ -59,6 +59,17 @@ def leaves(forest: Forest, X: Any) -> np.ndarray:
     """The leaf each row reaches in each tree: (rows, n_trees), tree-local node ids."""
     rows = as_matrix(X, forest)
     return global_leaves(forest, rows) - forest.tree_offsets[:-1]
+
+
+def leaf_output(forest: Forest, X: Any) -> np.ndarray:
+    """The leaf each row reaches in each tree as the source library reports it: its node
+    numbering (XGBoost node ids, LightGBM leaf indices, scikit-learn and ONNX node ids)
+    and shape, int32 (:mod:`silvanforge.model.leaf_ids`).
+
+    >>> silvanforge.reference.leaf_output(forest, X)             # doctest: +SKIP
+    """
+    rows = as_matrix(X, forest)
+    return leaf_ids.shaped(forest, leaf_ids.source_ids(forest)[global_leaves(forest, rows)])
 
 
 def global_leaves(f: Forest, X: np.ndarray) -> np.ndarray:
@@ -131,9 +142,11 @@ def predict(forest: Forest, X: Any, output: str = "value") -> np.ndarray:
     return finish(forest, tree_sums(forest, as_matrix(X, forest)), output)
 
 
-def check_output(output: str) -> None:
-    if output not in ("value", "margin"):
-        raise InputError(f"output must be 'value' or 'margin', not {output!r}")
+def check_output(output: str, allowed: tuple[str, ...] = ("value", "margin")) -> None:
+    """Refuse an ``output`` not among ``allowed`` (what the caller computes)."""
+    if output not in allowed:
+        raise InputError(f"output must be {' or '.join(map(repr, allowed))}, "
+                         f"not {output!r}")
 
 
 def finish(forest: Forest, sums: np.ndarray, output: str) -> np.ndarray:

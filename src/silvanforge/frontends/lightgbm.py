@@ -160,7 +160,7 @@ def parse_model_text(text: str) -> Forest:
         average=header.average_output, average_in_margin=False,
         post_transform=transform, transform_params=params,
         input_dtype=np.float64, category_rule="truncate", negative_category="not_in_set",
-        flat_output=True, feature_names=header.feature_names,
+        flat_output=True, trees_per_round=k, feature_names=header.feature_names,
         pandas_categories=pandas_categories, objective=header.objective or "none",
         source=f"lightgbm {header.version}")
 
@@ -395,9 +395,11 @@ def _parse_tree(t: int, block: dict[str, str], n_features: int) -> tuple[Tree, b
     elif n_cat:
         raise ModelFormatError(f"{where}: num_cat={n_cat} in a tree without splits")
     linear = _linear_leaves(block, n_leaves, n_int, n_features, where) if is_linear else None
+    # pred_leaf numbers a tree's leaves 0..num_leaves-1 (internal nodes: their split index).
+    source_id = np.r_[np.arange(n_int), np.arange(n_leaves)]
     tree = Tree(left=left, right=right, feature=feature, threshold=threshold,
                 leaf_value=values, default_left=default_left, split_op=OP_LE,
-                missing=missing, categories=categories, linear=linear)
+                missing=missing, categories=categories, linear=linear, source_id=source_id)
     return tree, is_linear
 
 

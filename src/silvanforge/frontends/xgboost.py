@@ -249,6 +249,7 @@ def forest_from_document(doc: dict, n_iterations: int | None = None) -> Forest:
     feature_names = _feature_names(learner, n_features)
     return build_forest(
         trees, n_features=n_features, n_outputs=n_outputs, base_score=base_margin,
+        trees_per_round=_trees_per_round(model, trees, n_outputs), leaf_layout="trees_1d",
         post_transform=transform, input_dtype=np.float32, category_rule="nonnegative",
         negative_category="not_in_set", flat_output=True, feature_names=feature_names,
         pandas_categories=_pandas_categories(model, feature_names),
@@ -343,6 +344,24 @@ def _read_trees(model: dict, n_features: int, n_outputs: int,
     return trees
 
 
+def _trees_per_round(model: dict, trees: list[Tree], n_outputs: int) -> int:
+    """How many trees a boosting round adds: ``iteration_indptr``'s step (XGBoost 2+),
+    else ``num_parallel_tree`` times the classes a round boosts (one vector-leaf tree
+    boosts them all)."""
+    indptr = model.get("iteration_indptr")
+    if indptr is not None and len(indptr) > 1:
+        steps = np.unique(np.diff(int_array(indptr, "iteration_indptr", 0)))
+        if len(steps) != 1 or steps[0] < 1:
+            raise ModelFormatError(f"iteration_indptr: rounds of {steps.tolist()} trees; "
+                                   "every round must add the same number")
+        return int(steps[0])
+    param = _get(model, "gbtree_model_param", "gradient_booster.model")
+    parallel = _param_int(param.get("num_parallel_tree", "1"), "num_parallel_tree", lo=1)
+    vector = bool(trees) and np.ndim(trees[0].leaf_value) == 2 and \
+        np.shape(trees[0].leaf_value)[1] > 1
+    return parallel * (1 if vector else n_outputs)
+
+
 def _trees_in_iterations(model: dict, num_trees: int, n_iterations: int) -> int:
     """How many trees the first ``n_iterations`` boosting rounds hold."""
     indptr = model.get("iteration_indptr")
@@ -427,13 +446,15 @@ def _read_tree(raw: Any, t: int, output: int, n_features: int, n_outputs: int,
     default_left = np.where(is_cat, ~default_left, default_left)
 
     keep = _reachable(left, right, leaf, where, num_deleted)
+    node_id = np.arange(n)  # pred_leaf's numbering: the file's, deleted nodes included
     if keep is not None:
-        left, right, feature, cond, default_left, values, categories = _compact(
-            keep, left, right, feature, cond, default_left, values, categories)
+        left, right, feature, cond, default_left, values, categories, node_id = _compact(
+            keep, left, right, feature, cond, default_left, values, categories, node_id)
         leaf = left < 0
     return Tree(left=left, right=np.where(leaf, -1, right), feature=np.where(leaf, 0, feature),
                 threshold=np.where(leaf, 0.0, cond), leaf_value=values,
-                default_left=default_left, categories=categories, output=output)
+                default_left=default_left, categories=categories, output=output,
+                source_id=node_id)
 
 
 def _vector_leaves(raw: dict, where: str, n: int, width: int, leaf: np.ndarray,

@@ -15,6 +15,7 @@ from ..backends import target_info
 from ..backends.cpu import Target
 from ..export import Exported, write_library
 from ..export.library import name_of
+from ..errors import InputError
 from ..frontends import load
 from ..plan import make_plan
 from ..plan.planner import cpu_target
@@ -33,7 +34,8 @@ def compile(model: Any, target: str = "cpu", schedule: Any = None,
             representation: str | None = None, precision: str | None = None,
             n_jobs: int | None = None, tile_size: int | None = None,
             tiling: str | None = None, profile: Any = None,
-            cpu: str | None = None) -> Predictor | GPUPredictor:
+            cpu: str | None = None, iteration_range: tuple[int, int] | None = None,
+            outputs: Any = ()) -> Predictor | GPUPredictor:
     """Compile a model (anything :func:`silvanforge.load` takes) into a :class:`Predictor`
     (``target`` "cpu") or a GPU predictor (``target`` "opencl" or "cuda"; docs/GPU.md).
 
@@ -72,17 +74,26 @@ def compile(model: Any, target: str = "cpu", schedule: Any = None,
     device = target_info(target).device
     start = time.perf_counter()
     forest = load(model)
+    if iteration_range is not None:
+        forest = forest.slice(*_pair(iteration_range))
     loaded = time.perf_counter()
     log.info("load: %d trees, %d features (%.2f s)", forest.n_trees, forest.n_features,
              loaded - start)
     plan = make_plan(forest, target, schedule=schedule, representation=representation,
                      precision=precision, n_jobs=n_jobs, tile_size=tile_size,
-                     tiling=tiling, profile=profile, cpu=cpu)
+                     tiling=tiling, profile=profile, cpu=cpu, outputs=outputs)
     log.info("plan: %s representation, %d kernel(s) (%.2f s)", plan.representation,
              len(plan.schedules), time.perf_counter() - loaded)
     predictor = PREDICTORS[device](plan)
     log.info("compiled in %.2f s", time.perf_counter() - start)
     return predictor
+
+
+def _pair(value: Any) -> tuple[Any, Any]:
+    """``iteration_range`` as (begin, end), or InputError."""
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__len__") or len(value) != 2:
+        raise InputError(f"iteration_range must be a pair (begin, end), not {value!r:.60}")
+    return value[0], value[1]
 
 
 @gc_pause.paused()
@@ -95,6 +106,7 @@ def export(model: Any, directory: str | os.PathLike, name: str | None = None,
     thread count, else the OpenMP runtime's); ``triple`` an LLVM triple for another
     machine (then ``NAME.o`` and the header are written, with the command that links
     them; ``cpu`` defaults to "generic"). ``name`` defaults to the model file's name.
+    ``iteration_range`` exports those rounds only, as :func:`compile` compiles them.
 
     >>> silvanforge.runtime.export("higgs.json", "out")                     # doctest: +SKIP
     >>> silvanforge.runtime.export("m.json", "arm", triple="aarch64-linux-gnu",
@@ -105,7 +117,14 @@ def export(model: Any, directory: str | os.PathLike, name: str | None = None,
     if triple is not None and options.get("cpu") is None and \
             triple.split("-")[0] != Target.host().triple.split("-")[0]:
         options["cpu"] = "generic"  # "native" is this machine's
+    iteration_range = options.pop("iteration_range", None)
+    extra = [o for o in options.pop("outputs", ()) or () if o not in ("value", "margin")]
+    if extra:
+        raise InputError(f"an exported library computes the value and the margin, not "
+                         f"{', '.join(map(repr, extra))} (docs/DEPLOY.md)")
     forest = load(model)
+    if iteration_range is not None:
+        forest = forest.slice(*_pair(iteration_range))
     plan = make_plan(forest, "cpu", triple=triple, **options)
     representation = build_representation(plan)
     return write_library(plan, representation, model_arrays(plan.forest, representation),
