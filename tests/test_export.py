@@ -48,12 +48,15 @@ def _rows(n_features: int, n: int = 300, seed: int = 0) -> np.ndarray:
     return X
 
 
-def _run_c(directory: Path, name: str, X: np.ndarray, threads: int = 0) -> np.ndarray:
+def _run_c(directory: Path, name: str, X: np.ndarray, threads: int = 0,
+           leaf: int = 0) -> np.ndarray:
     """Build tests/export_c/check.c against directory/NAME.h and libNAME.so, run it on
-    ``X``: (value, margin, value from float32 rows), each rows x N_OUTPUTS."""
+    ``X``: (value, margin, value from float32 rows), each rows x N_OUTPUTS; with
+    ``leaf`` trees, (that, the leaf ids)."""
     cc = _tool("cc")
     exe = directory / f"check_{name}"
-    subprocess.run([cc, "-O1", f"-DNAME={name}", f'-DHEADER="{name}.h"', "-I",
+    subprocess.run([cc, "-O1", *(["-DLEAF"] if leaf else []), f"-DNAME={name}",
+                    f'-DHEADER="{name}.h"', "-I",
                     str(directory), str(CHECK_C), "-o", str(exe), "-L", str(directory),
                     f"-l{name}", f"-Wl,-rpath,{directory.resolve()}", "-pthread", "-lm"],
                    check=True)
@@ -63,7 +66,10 @@ def _run_c(directory: Path, name: str, X: np.ndarray, threads: int = 0) -> np.nd
     done = subprocess.run(args + ([str(threads)] if threads else []), capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0, f"check exited {done.returncode}: {done.stderr}"
-    return np.fromfile(directory / "out.bin").reshape(3, len(rows), -1)
+    data = (directory / "out.bin").read_bytes()
+    ids = np.frombuffer(data[len(data) - 4 * leaf * len(rows):], np.int32)
+    results = np.frombuffer(data[:len(data) - ids.nbytes]).reshape(3, len(rows), -1)
+    return (results, ids.reshape(len(rows), leaf)) if leaf else results
 
 
 def _check(forest, results: np.ndarray, X: np.ndarray) -> None:
@@ -231,11 +237,31 @@ def test_refusals(xgb_model, tmp_path):
         silvanforge.load_library(tmp_path / "other.h")
 
 
-def test_iteration_range_and_outputs(xgb_model, tmp_path):
-    with pytest.raises(InputError, match="not 'leaf'"):
-        export(xgb_model, tmp_path, outputs=("leaf",))
+def test_iteration_range(xgb_model, tmp_path):
     _tool("cc")
     written = export(xgb_model, tmp_path, name="half", iteration_range=(0, 10))
     X = _rows(6, 50, seed=6)
     assert_parity(silvanforge.load_library(written.library).predict(X),
                   reference.predict(silvanforge.load(xgb_model).slice(0, 10), X))
+
+
+@pytest.mark.parametrize("how", ["cli", "predictor"])
+def test_leaf_output(xgb_model, tmp_path, how, capsys):
+    X = _rows(6, 40, seed=7)
+    predictor = silvanforge.compile(xgb_model, outputs=("leaf",))
+    expected = predictor.predict(X, output="leaf")
+    if how == "cli":
+        assert main(["export", str(xgb_model), "-o", str(tmp_path), "--name", "lf",
+                     "--leaf"]) == 0
+        library = tmp_path / "liblf.so"
+    else:
+        library = predictor.export(tmp_path, name="lf").library
+    header = (tmp_path / "lf.h").read_text()
+    assert "#define lf_N_TREES 20" in header and "int32_t *out" in header
+    results, ids = _run_c(tmp_path, "lf", X, leaf=20)
+    _check(predictor.forest, results, X)
+    assert np.array_equal(ids, expected)
+    got = silvanforge.load_library(library).predict(X, output="leaf")
+    assert got.dtype == np.int32 and np.array_equal(got, expected)
+    np.testing.assert_array_equal(
+        got, reference.leaf_output(silvanforge.load(xgb_model), X))

@@ -115,7 +115,8 @@ def _compile(args: argparse.Namespace) -> None:
 
 def _export(args: argparse.Namespace) -> None:
     written = export(args.model, args.out, name=args.name, triple=args.triple,
-                     precision=args.precision, **_compile_kwargs(args))
+                     precision=args.precision, outputs=("leaf",) if args.leaf else (),
+                     **_compile_kwargs(args))
     print(written)
 
 
@@ -293,6 +294,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "neoverse-n1; default: this machine's)")
     p.add_argument("--precision", choices=["float32", "float64"],
                    help="threshold precision (default: the model's own)")
+    p.add_argument("--leaf", action="store_true",
+                   help="also export NAME_predict_leaf: the leaf each row reaches in each "
+                   "tree, as 'predict --output leaf' gives it")
     _compile_options(p)
     p.set_defaults(run=_export)
 

@@ -1,6 +1,7 @@
 /* A C program calling an exported library through its header only (tests/test_export.py).
  *
- * Built with -DNAME=<name> -DHEADER='"<name>.h"'. Usage:
+ * Built with -DNAME=<name> -DHEADER='"<name>.h"' (and -DLEAF for a library with leaf
+ * output, whose ids then follow in OUT.bin). Usage:
  *     check ROWS.bin N_ROWS OUT.bin [THREADS]
  * reads N_ROWS x N_FEATURES float64 rows, writes value, margin and value-from-float32
  * (each N_ROWS x N_OUTPUTS float64) to OUT.bin, checks the error paths, and with THREADS
@@ -87,6 +88,15 @@ int main(int argc, char **argv) {
     fwrite(value, sizeof(double), outs, out);
     fwrite(margin, sizeof(double), outs, out);
     fwrite(value32, sizeof(double), outs, out);
+#ifdef LEAF /* then the leaf ids follow, n_rows x N_TREES int32 */
+    size_t ids = (size_t)(n_rows * CAT(NAME, _N_TREES));
+    int32_t *leaves = malloc(sizeof(int32_t) * ids + 4);
+    if (FN(_predict_leaf)(rows, n_rows, leaves) != 0) {
+        fprintf(stderr, "predict_leaf failed: %s\n", FN(_last_error)());
+        return 1;
+    }
+    fwrite(leaves, sizeof(int32_t), ids, out);
+#endif
     fclose(out);
 
     if (argc > 4) {

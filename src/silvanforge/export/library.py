@@ -46,6 +46,7 @@ from ..backends.cpu.llvm import llvm_type
 from ..errors import BackendError, InputError, UnsupportedModelError
 from ..lir import finish as kernel_finish, ir, lower as lir_lower
 from ..mir import lower as mir_lower
+from ..model import leaf_ids
 from ..model.forest import Forest
 from ..plan import Plan
 from ..plan.plan import MAX_JOBS, checked_jobs
@@ -64,19 +65,49 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class Entry:
     """One C function ``int NAME_<suffix>(const <input> *rows, int64_t n_rows,
-    double *out)`` computing ``output`` ("value", "margin")."""
+    <out> *out)`` computing ``output``: "value" and "margin" (float64, from the predict
+    kernels), "leaf" (int32 leaf ids, from the leaf kernels, when exported)."""
 
     suffix: str
     output: str
     input: np.dtype
     doc: str
 
+    @property
+    def out_type(self) -> str:
+        return "int32_t" if self.output == "leaf" else "double"
+
 
 ENTRIES = (
     Entry("predict", "value", np.dtype(np.float64), "the library's value"),
     Entry("predict_margin", "margin", np.dtype(np.float64), "the margin"),
     Entry("predict_f32", "value", np.dtype(np.float32), "the value, from float32 rows"),
+    Entry("predict_leaf", "leaf", np.dtype(np.float64),
+          "the leaf each row reaches in each tree (model order), numbered as the library "
+          "numbers it: n_rows x N_TREES ids"),
 )
+
+
+@dataclass(frozen=True)
+class Kernels:
+    """A plan with what its kernels read: its representation and model buffers
+    (``runtime.base``), and its (MIR, LIR) kernels when already lowered (else lowered
+    here). A library holds one for the predict kernels and one for the leaf output's."""
+
+    plan: Plan
+    representation: Any
+    arrays: Sequence[np.ndarray]
+    lowered: Sequence[tuple[Any, ir.Kernel]] | None = None
+
+    def kernels(self) -> Sequence[tuple[Any, ir.Kernel]]:
+        """The (MIR, LIR) kernels of the plan's schedules (main, then small-batch)."""
+        if self.lowered is not None:
+            return self.lowered
+        out = []
+        for schedule in self.plan.schedules:
+            fn = mir_lower(self.plan.forest, schedule)
+            out.append((fn, lir_lower.lower(fn, self.plan.forest, self.representation)))
+        return out
 
 
 @dataclass(frozen=True)
@@ -121,21 +152,19 @@ def name_of(path: str | os.PathLike) -> str:
     return "_" + stem if stem[0].isdigit() else stem
 
 
-def write_library(plan: Plan, representation: Any, arrays: Sequence[np.ndarray],
-                  directory: str | os.PathLike, name: str = "model",
-                  target: Target | None = None,
-                  kernels: Sequence[tuple[Any, ir.Kernel]] | None = None,
-                  threads: int = 0) -> Exported:
-    """Write ``directory/libNAME.so`` and ``directory/NAME.h`` for ``plan`` (see the
-    module docstring), built for ``target`` (default: the plan's CPU on this machine).
-    ``representation`` and ``arrays`` are the plan's representation and its model
-    buffers (``runtime.base``); ``kernels`` the plan's (MIR, LIR) kernels, when already
-    lowered. ``threads``: the threads a call uses until ``NAME_set_num_threads``
-    (0: the OpenMP runtime's default).
+def write_library(predict: Kernels, directory: str | os.PathLike, name: str = "model",
+                  target: Target | None = None, threads: int = 0,
+                  leaf: Kernels | None = None) -> Exported:
+    """Write ``directory/libNAME.so`` and ``directory/NAME.h`` for the plan of
+    ``predict`` (see the module docstring), built for ``target`` (default: the plan's
+    CPU on this machine); with ``leaf`` (the plan's ``leaf_plan()``), the leaf output's
+    ``NAME_predict_leaf`` too. ``threads``: the threads a call uses until
+    ``NAME_set_num_threads`` (0: the OpenMP runtime's default).
 
-    >>> write_library(plan, rep, arrays, "out", "higgs")       # doctest: +SKIP
+    >>> write_library(Kernels(plan, rep, arrays), "out", "higgs")  # doctest: +SKIP
     """
     name = check_name(name)
+    plan = predict.plan
     forest = plan.forest
     if plan.target != "cpu":
         raise InputError(f"a library runs on the CPU; the plan is for {plan.target!r}")
@@ -146,22 +175,21 @@ def write_library(plan: Plan, representation: Any, arrays: Sequence[np.ndarray],
             "not by the kernel: an exported library cannot compute it (use the "
             "Predictor, or export a model with another objective)")
     target = target or Target.named(plan.cpu or "native")
-    if kernels is None:
-        kernels = _kernels(plan, representation)
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     header = directory / f"{name}.h"
     threads = checked_jobs(threads, "threads") if threads else 0
-    if _big_endian(target.triple) == np.little_endian:  # the globals in its byte order
-        arrays = [a.astype(a.dtype.newbyteorder("S")) for a in arrays]
-    text = _module_text(plan, kernels, arrays, name, target, threads)
+    swap = _big_endian(target.triple) == np.little_endian  # globals in its byte order
+    sets = [_Set.of(tag, k, name, target, swap)
+            for tag, k in (("", predict), ("leaf_", leaf)) if k is not None]
+    text = _module_text(sets, name, target, threads)
     try:
         obj, _ = build.build(text, target.triple, target.cpu, target.features,
                              REGISTRY[plan.representation].llvm_opt, pic=True,
                              keep_ir=False)
     except build.BuildError as exc:
         raise BackendError(f"library {name}: invalid LLVM IR: {exc}") from None
-    header.write_text(header_text(forest, name, target, threads))
+    header.write_text(header_text(forest, name, target, threads, leaf is not None))
     library = directory / f"lib{name}.so"
     foreign = _foreign(target.triple)
     cc = None if foreign else compiler()
@@ -239,18 +267,10 @@ def compiler() -> str | None:
     return None
 
 
-def _kernels(plan: Plan, representation: Any) -> list[tuple[Any, ir.Kernel]]:
-    """The (MIR, LIR) kernels of ``plan``'s schedules (main, then small-batch)."""
-    out = []
-    for schedule in plan.schedules:
-        fn = mir_lower(plan.forest, schedule)
-        out.append((fn, lir_lower.lower(fn, plan.forest, representation)))
-    return out
-
-
 # ---- the header ------------------------------------------------------------------------
 
-def header_text(forest: Forest, name: str, target: Target, threads: int = 0) -> str:
+def header_text(forest: Forest, name: str, target: Target, threads: int = 0,
+                leaf: bool = False) -> str:
     """The C header of library ``name``: everything a C program needs to call it.
 
     >>> print(header_text(forest, "higgs", Target.host()))     # doctest: +SKIP
@@ -280,15 +300,16 @@ def header_text(forest: Forest, name: str, target: Target, threads: int = 0) -> 
         "",
         f"#define {name}_N_FEATURES {forest.n_features}",
         f"#define {name}_N_OUTPUTS {forest.n_outputs}",
+        *([f"#define {name}_N_TREES {forest.n_trees}"] if leaf else []),
         f"#define {name}_OK {OK}",
         f"#define {name}_INVALID_ARGUMENT {INVALID_ARGUMENT}",
         f"#define {name}_OUT_OF_MEMORY {OUT_OF_MEMORY}",
         "",
     ]
-    for e in ENTRIES:
+    for e in _entries(leaf):
         ctype = _INPUT_TYPES[e.input][0]
-        lines += [f"/* {e.doc}. */",
-                  f"int {name}_{e.suffix}(const {ctype} *rows, int64_t n_rows, double *out);"]
+        lines += [f"/* {e.doc}. */", f"int {name}_{e.suffix}(const {ctype} *rows, "
+                                     f"int64_t n_rows, {e.out_type} *out);"]
     lines += [
         "/* The threads a call may use: n > 0, or 0 for the OpenMP runtime's default",
         f" * (OMP_NUM_THREADS, else every CPU); until set: {default}. Calls of few rows "
@@ -308,19 +329,24 @@ def header_text(forest: Forest, name: str, target: Target, threads: int = 0) -> 
     return "\n".join(lines)
 
 
-def metadata(forest: Forest, name: str, target: Target) -> dict[str, Any]:
+def metadata(forest: Forest, name: str, target: Target,
+             leaf: bool = False) -> dict[str, Any]:
     """The JSON object ``NAME_metadata()`` returns (silvanforge.load_library's input).
 
     >>> metadata(forest, "higgs", Target.host())["outputs"]     # doctest: +SKIP
     {'value': {'function': 'higgs_predict', 'columns': 1}, 'margin': {...}}
     """
-    # Each output's float64-rows function and its columns (every output has N_OUTPUTS
-    # today; one of another width, leaf indices, says so here for the loader).
+    # Each output's float64-rows function, its columns and (leaf ids) type and shape
+    # after the rows, as the Predictor shapes it.
     outputs: dict[str, dict[str, Any]] = {}
-    for e in ENTRIES:
+    for e in _entries(leaf):
         if e.input == np.dtype(np.float64):
             outputs.setdefault(e.output, {"function": f"{name}_{e.suffix}",
                                           "columns": forest.n_outputs})
+    if leaf:
+        one = leaf_ids.shaped(forest, np.zeros((1, forest.n_trees)))
+        outputs["leaf"].update(columns=forest.n_trees, dtype="int32",
+                               shape=list(one.shape[1:]))
     labels = forest.class_labels
     return {"format": FORMAT_VERSION, "silvanforge": __version__, "name": name,
             "n_features": forest.n_features, "n_outputs": forest.n_outputs,
@@ -336,21 +362,49 @@ def metadata(forest: Forest, name: str, target: Target) -> dict[str, Any]:
 
 # ---- the LLVM module -------------------------------------------------------------------
 
-def _module_text(plan: Plan, kernels: Sequence[tuple[Any, ir.Kernel]],
-                 arrays: Sequence[np.ndarray], name: str, target: Target,
-                 threads: int = 0) -> str:
-    """One module: the kernels (renamed ``NAME.kernelI``, internal, ``noinline``: one
-    copy, called as the JIT calls it) and the wrappers."""
-    renamed = [replace(k, name=f"{name}.kernel{i}") for i, (_, k) in enumerate(kernels)]
+def _entries(leaf: bool) -> list[Entry]:
+    """The C functions of a library (the leaf output's only with its kernels)."""
+    return [e for e in ENTRIES if leaf or e.output != "leaf"]
+
+
+@dataclass
+class _Set:
+    """One plan's kernels in the module: renamed ``NAME.<tag>kernelI``, their MIR (for
+    the privatized buffers' sizes) and their model globals ``NAME.<tag>modelI``."""
+
+    tag: str
+    plan: Plan
+    lowered: Sequence[tuple[Any, ir.Kernel]]
+    kernels: list[ir.Kernel]
+    model: list[tuple[str, bytes]]
+
+    @classmethod
+    def of(cls, tag: str, k: Kernels, name: str, target: Target, swap: bool) -> "_Set":
+        lowered = k.kernels()
+        renamed = [replace(lir, name=f"{name}.{tag}kernel{i}")
+                   for i, (_, lir) in enumerate(lowered)]
+        arrays = [a.astype(a.dtype.newbyteorder("S")) if swap else a for a in k.arrays]
+        model = [(f'@"{name}.{tag}model{i}"', np.ascontiguousarray(a).tobytes())
+                 for i, a in enumerate(arrays)]
+        return cls(tag, k.plan, lowered, renamed, model)
+
+    def mir(self, kernel: ir.Kernel) -> Any:
+        """The MIR function ``kernel`` was lowered from."""
+        return {k.name: fn for k, (fn, _) in zip(self.kernels, self.lowered)}[kernel.name]
+
+
+def _module_text(sets: Sequence[_Set], name: str, target: Target, threads: int = 0) -> str:
+    """One module: the kernels (internal, ``noinline``: one copy, called as the JIT
+    calls it) and the wrappers."""
     module = None
-    for kernel in renamed:
-        module = render_kernel(kernel, target, module=module)
-        fn = module.get_global(kernel.name)
-        fn.linkage = "internal"
-        fn.attributes.add("noinline")
-    mir = {k.name: fn for k, (fn, _) in zip(renamed, kernels)}
-    wrapper = _Wrapper(plan, renamed, mir, arrays, name, target, threads)
+    for s in sets:
+        for kernel in s.kernels:
+            module = render_kernel(kernel, target, module=module)
+            fn = module.get_global(kernel.name)
+            fn.linkage = "internal"
+            fn.attributes.add("noinline")
     assert module is not None  # a plan has a kernel
+    wrapper = _Wrapper(sets, name, target, threads)
     return str(module) + wrapper.text(set(module.globals))
 
 
@@ -379,26 +433,24 @@ def _global(ref: str, data: bytes, linkage: str = "internal") -> str:
 class _Wrapper:
     """The wrapper module's text: the model globals and the C functions."""
 
-    def __init__(self, plan: Plan, kernels: Sequence[ir.Kernel], mir: dict[str, Any],
-                 arrays: Sequence[np.ndarray], name: str, target: Target,
+    def __init__(self, sets: Sequence[_Set], name: str, target: Target,
                  threads: int = 0) -> None:
-        self.plan, self.kernels, self.name, self.target = plan, kernels, name, target
-        self.mir, self.threads = mir, threads
-        self.forest = plan.forest
+        self.sets = {s.tag: s for s in sets}
+        self.name, self.target, self.threads = name, target, threads
+        self.forest = sets[0].plan.forest
         self.input = np.dtype(self.forest.input_dtype)
         self.lines: list[str] = []
-        self.model = [(f'@"{name}.model{i}"', np.ascontiguousarray(a).tobytes())
-                      for i, a in enumerate(arrays)]
-        self.parallel = any(isinstance(s, ir.For) and s.parallel for k in kernels
-                            for s in walk_stmts(k.body))
+        self.parallel = any(isinstance(st, ir.For) and st.parallel for s in sets
+                            for k in s.kernels for st in walk_stmts(k.body))
         self.strings: dict[str, str] = {}
         self.counter = 0
 
     def text(self, declared: Collection[str] = ()) -> str:
         """The module text after a module declaring or defining ``declared``."""
         n, lines = self.name, self.lines
-        lines += [_global(ref, data) for ref, data in self.model]
-        meta = json.dumps(metadata(self.forest, n, self.target),
+        leaf = "leaf_" in self.sets
+        lines += [_global(ref, data) for s in self.sets.values() for ref, data in s.model]
+        meta = json.dumps(metadata(self.forest, n, self.target, leaf),
                           default=_json_value).encode() + b"\0"
         lines.append(_global(f"@{n}_metadata_json", meta, linkage=""))
         lines += [f'@"{n}.threads" = internal global i32 {self.threads}, align 4',
@@ -425,8 +477,9 @@ class _Wrapper:
             f'define internal i32 @"{n}.fail"(i8* %message, i32 %code) noinline cold {{',
             f'  store i8* %message, i8** @"{n}.error"',
             "  ret i32 %code", "}"]
-        self.call_function()
-        for entry in ENTRIES:
+        for s in self.sets.values():
+            self.call_function(s)
+        for entry in _entries(leaf):
             self.entry(entry)
         return "\n".join(lines) + "\n"
 
@@ -450,29 +503,28 @@ class _Wrapper:
         out += [f"  %fail{self.counter} = call i32 @\"{self.name}.fail\"(i8* "
                 f"{self.string(message)}, i32 {code})", f"  ret i32 %fail{self.counter}"]
 
-    def call_function(self) -> None:
-        """``NAME.call(rows, n, out, finish)``: rows in the kernel's input dtype, n > 0;
-        what :meth:`Predictor.predict` does around its kernel call."""
-        n, K = self.name, self.forest.n_outputs
+    def call_function(self, s: _Set) -> None:
+        """``NAME.<tag>call(rows, n, out, finish)``: rows in the kernels' input dtype,
+        n > 0; what :meth:`Predictor.predict` does around its kernel call."""
         rows_t = _INPUT_TYPES[self.input][0]
-        out = [f'define internal i32 @"{n}.call"({rows_t}* %rows, i64 %n, double* %out, '
-               "i64 %finish) noinline {",
-               f"  %bytes = mul i64 %n, {8 * K}",
+        out = [f'define internal i32 @"{self.name}.{s.tag}call"({rows_t}* %rows, i64 %n, '
+               "double* %out, i64 %finish) noinline {",
+               f"  %bytes = mul i64 %n, {8 * s.plan.forest.n_outputs}",
                "  %out8 = bitcast double* %out to i8*",
                "  call i8* @memset(i8* %out8, i32 0, i64 %bytes)"]
-        main, small = self.kernels[0], self.kernels[1] if len(self.kernels) > 1 else None
+        main, small = s.kernels[0], s.kernels[1] if len(s.kernels) > 1 else None
         if small is not None:
-            out += [f"  %small = icmp sle i64 %n, {self.plan.small_batch}",
+            out += [f"  %small = icmp sle i64 %n, {s.plan.small_batch}",
                     "  br i1 %small, label %small_kernel, label %main_kernel",
                     "small_kernel:"]
-            out += self.kernel_call(small, 1, "small")
+            out += self.kernel_call(s, small, 1, "small")
             out.append("main_kernel:")
-        out += self.thread_count()
-        out += self.kernel_call(main, 0, "main")
+        out += self.thread_count(s.plan)
+        out += self.kernel_call(s, main, 0, "main")
         out.append("}")
         self.lines += out
 
-    def thread_count(self) -> list[str]:
+    def thread_count(self, plan: Plan) -> list[str]:
         """``%threads``: the threads set, else OpenMP's default; sized to the rows
         (at most one a ``rows_per_thread`` rows) for a schedule of SilvanForge's."""
         if not self.parallel:
@@ -482,18 +534,18 @@ class _Wrapper:
                "  %default = call i32 @omp_get_max_threads()",
                "  %chosen = select i1 %unset, i32 %default, i32 %set",
                "  %wanted = sext i32 %chosen to i64"]
-        if not self.plan.sized_threads:
+        if not plan.sized_threads:
             return out + ["  %threads = add i64 %wanted, 0"]
-        return out + [f"  %per = sdiv i64 %n, {self.plan.rows_per_thread}",
+        return out + [f"  %per = sdiv i64 %n, {plan.rows_per_thread}",
                       "  %none = icmp slt i64 %per, 1",
                       "  %cap = select i1 %none, i64 1, i64 %per",
                       "  %over = icmp sgt i64 %wanted, %cap",
                       "  %threads = select i1 %over, i64 %cap, i64 %wanted"]
 
-    def kernel_call(self, kernel: ir.Kernel, threads: int, tag: str) -> list[str]:
+    def kernel_call(self, s: _Set, kernel: ir.Kernel, threads: int, tag: str) -> list[str]:
         """Allocate the kernel's privatized buffers, call it, free them, return."""
         out: list[str] = []
-        scratch = self.scratch(kernel)
+        scratch = self.scratch(s, kernel)
         args = [f"{_INPUT_TYPES[self.input][0]}* %rows", "i64 %n", "double* %out"]
         for i, (per_row, const) in enumerate(scratch):
             count = f"%{tag}.count{i}"
@@ -505,7 +557,7 @@ class _Wrapper:
         args += [f"i64 {'%threads' if threads == 0 else threads}", "i64 %finish"]
         types = self.param_types(kernel)[len(args):]
         args += [f"{t} bitcast ([{len(data)} x i8]* {ref} to {t})"
-                 for t, (ref, data) in zip(types, self.model)]
+                 for t, (ref, data) in zip(types, s.model)]
         if scratch:
             checks = [f"  %{tag}.null{i} = icmp eq i8* %{tag}.raw{i}, null"
                       for i in range(len(scratch))]
@@ -523,9 +575,9 @@ class _Wrapper:
         out.append(f"  ret i32 {OK}")
         return out
 
-    def scratch(self, kernel: ir.Kernel) -> list[tuple[bool, int]]:
+    def scratch(self, s: _Set, kernel: ir.Kernel) -> list[tuple[bool, int]]:
         """Each privatized buffer's size: (whether per row, doubles in all or a row)."""
-        fn, K = self.mir[kernel.name], self.forest.n_outputs
+        fn, K = s.mir(kernel), s.plan.forest.n_outputs
         sizes = []
         for one, two in zip(lir_lower.scratch_shapes(fn, 1, K),
                             lir_lower.scratch_shapes(fn, 2, K)):
@@ -538,56 +590,82 @@ class _Wrapper:
 
     def entry(self, e: Entry) -> None:
         """``NAME_<suffix>``: check the arguments, convert the rows when their dtype is
-        not the kernel's, call ``NAME.call``."""
+        not the kernels', call ``NAME.call`` (leaf ids: ``NAME.leaf_call`` into a
+        float64 buffer, converted to int32)."""
         n, F = self.name, self.forest.n_features
+        leaf = e.output == "leaf"
+        s = self.sets["leaf_" if leaf else ""]
+        columns = s.plan.forest.n_outputs
         given_t, given_size = _INPUT_TYPES[e.input]
         rows_t, rows_size = _INPUT_TYPES[self.input]
-        finish = kernel_finish.modes(self.forest)[e.output]
+        out_t = "i32" if leaf else "double"
+        finish = kernel_finish.MARGIN if leaf else kernel_finish.modes(self.forest)[e.output]
         # The most rows whose bytes (rows, out) an i64 counts.
-        limit = (1 << 62) // max(1, F * 8, self.forest.n_outputs * 8)
-        out = [f"define i32 @{n}_{e.suffix}({given_t}* %rows, i64 %n, double* %out) {{",
+        limit = (1 << 62) // max(1, F * 8, columns * 8)
+        out = [f"define i32 @{n}_{e.suffix}({given_t}* %rows, i64 %n, {out_t}* %out) {{",
                "  %negative = icmp slt i64 %n, 0",
                "  br i1 %negative, label %bad_n, label %counted", "bad_n:"]
         self.fail(out, "n_rows is negative", INVALID_ARGUMENT)
-        out += [f"counted:", f"  %huge = icmp sgt i64 %n, {limit}",
+        out += ["counted:", f"  %huge = icmp sgt i64 %n, {limit}",
                 "  br i1 %huge, label %bad_size, label %sized", "bad_size:"]
         self.fail(out, "n_rows is too large", INVALID_ARGUMENT)
         out += ["sized:", "  %empty = icmp eq i64 %n, 0",
                 "  br i1 %empty, label %done, label %some", "done:", f"  ret i32 {OK}",
                 "some:", f"  %no_rows = icmp eq {given_t}* %rows, null",
-                "  %no_out = icmp eq double* %out, null",
+                f"  %no_out = icmp eq {out_t}* %out, null",
                 "  %null = or i1 %no_rows, %no_out",
                 "  br i1 %null, label %bad_pointer, label %valid", "bad_pointer:"]
         self.fail(out, "rows or out is NULL", INVALID_ARGUMENT)
         out.append("valid:")
-        if e.input == self.input:
-            out += [f'  %r = call i32 @"{n}.call"({rows_t}* %rows, i64 %n, double* %out, '
-                    f"i64 {finish})", "  ret i32 %r", "}"]
-            self.lines += out
-            return
-        convert = "fptrunc" if given_size > rows_size else "fpext"
-        out += [f"  %count = mul i64 %n, {F}",
-                f"  %bytes = mul i64 %count, {rows_size}",
-                "  %raw = call i8* @malloc(i64 %bytes)",
-                "  %no_memory = icmp eq i8* %raw, null",
-                "  br i1 %no_memory, label %nomem, label %start", "nomem:"]
-        self.fail(out, "out of memory (converted rows)", OUT_OF_MEMORY)
-        out += ["start:", f"  %copy = bitcast i8* %raw to {rows_t}*",
-                "  %any = icmp sgt i64 %count, 0",
-                "  br i1 %any, label %loop, label %run",
-                "loop:", "  %i = phi i64 [0, %start], [%next, %loop]",
-                f"  %from = getelementptr {given_t}, {given_t}* %rows, i64 %i",
-                f"  %v = load {given_t}, {given_t}* %from",
-                f"  %c = {convert} {given_t} %v to {rows_t}",
-                f"  %to = getelementptr {rows_t}, {rows_t}* %copy, i64 %i",
-                f"  store {rows_t} %c, {rows_t}* %to",
-                "  %next = add i64 %i, 1",
-                "  %more = icmp slt i64 %next, %count",
-                "  br i1 %more, label %loop, label %run",
-                "run:",
-                f'  %r = call i32 @"{n}.call"({rows_t}* %copy, i64 %n, double* %out, '
-                f"i64 {finish})",
-                "  call void @free(i8* %raw)", "  ret i32 %r", "}"]
+        rows, frees = "%rows", []
+        if e.input != self.input:
+            convert = "fptrunc" if given_size > rows_size else "fpext"
+            out += [f"  %count = mul i64 %n, {F}",
+                    f"  %bytes = mul i64 %count, {rows_size}",
+                    "  %raw = call i8* @malloc(i64 %bytes)",
+                    "  %no_memory = icmp eq i8* %raw, null",
+                    "  br i1 %no_memory, label %nomem, label %start", "nomem:"]
+            self.fail(out, "out of memory (converted rows)", OUT_OF_MEMORY)
+            out += ["start:", f"  %copy = bitcast i8* %raw to {rows_t}*",
+                    "  %any = icmp sgt i64 %count, 0",
+                    "  br i1 %any, label %loop, label %converted",
+                    "loop:", "  %i = phi i64 [0, %start], [%next, %loop]",
+                    f"  %from = getelementptr {given_t}, {given_t}* %rows, i64 %i",
+                    f"  %v = load {given_t}, {given_t}* %from",
+                    f"  %c = {convert} {given_t} %v to {rows_t}",
+                    f"  %to = getelementptr {rows_t}, {rows_t}* %copy, i64 %i",
+                    f"  store {rows_t} %c, {rows_t}* %to",
+                    "  %next = add i64 %i, 1",
+                    "  %more = icmp slt i64 %next, %count",
+                    "  br i1 %more, label %loop, label %converted", "converted:"]
+            rows, frees = "%copy", ["%raw"]
+        result = "%out"
+        if leaf:
+            out += [f"  %cells = mul i64 %n, {columns}",
+                    "  %sums_bytes = mul i64 %cells, 8",
+                    "  %sums_raw = call i8* @malloc(i64 %sums_bytes)",
+                    "  %no_sums = icmp eq i8* %sums_raw, null",
+                    "  br i1 %no_sums, label %sums_nomem, label %sums_ok", "sums_nomem:"]
+            out += [f"  call void @free(i8* {f})" for f in frees]
+            self.fail(out, "out of memory (leaf sums)", OUT_OF_MEMORY)
+            out += ["sums_ok:", "  %sums = bitcast i8* %sums_raw to double*"]
+            result, frees = "%sums", frees + ["%sums_raw"]
+        out.append(f'  %r = call i32 @"{n}.{s.tag}call"({rows_t}* {rows}, i64 %n, '
+                   f"double* {result}, i64 {finish})")
+        if leaf:  # the ids are whole float64 numbers below 2^31: exact as int32
+            out += ["  %ran = icmp eq i32 %r, 0",
+                    "  br i1 %ran, label %ids, label %finished",
+                    "ids:", "  %j = phi i64 [0, %sums_ok], [%j_next, %ids]",
+                    "  %id_at = getelementptr double, double* %sums, i64 %j",
+                    "  %id = load double, double* %id_at",
+                    "  %id32 = fptosi double %id to i32",
+                    "  %out_at = getelementptr i32, i32* %out, i64 %j",
+                    "  store i32 %id32, i32* %out_at",
+                    "  %j_next = add i64 %j, 1",
+                    "  %ids_more = icmp slt i64 %j_next, %cells",
+                    "  br i1 %ids_more, label %ids, label %finished", "finished:"]
+        out += [f"  call void @free(i8* {f})" for f in frees]
+        out += ["  ret i32 %r", "}"]
         self.lines += out
 
 

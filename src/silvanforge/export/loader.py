@@ -59,7 +59,9 @@ class Library:
             self.n_features = int(meta["n_features"])
             self.n_outputs = int(meta["n_outputs"])
             self._flat = bool(meta["flat_output"]) and self.n_outputs == 1
-            outputs = {str(k): (str(v["function"]), int(v["columns"]))
+            outputs = {str(k): (str(v["function"]), int(v["columns"]),
+                                np.dtype(v.get("dtype", "float64")),
+                                tuple(int(d) for d in v.get("shape", [int(v["columns"])])))
                        for k, v in meta["outputs"].items()}
         except (UnicodeDecodeError, ValueError, KeyError, TypeError,
                 AttributeError) as exc:
@@ -70,20 +72,21 @@ class Library:
         self._shape = SimpleNamespace(n_features=self.n_features,
                                       input_dtype=np.dtype(np.float64),
                                       pandas_categories=None)
-        self._functions = {}  # output: (C function, columns)
-        for output, (symbol, columns) in outputs.items():
+        self._functions = {}  # output: (C function, columns, dtype, shape after rows)
+        for output, (symbol, *layout) in outputs.items():
             fn = getattr(self._lib, symbol)
             fn.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p]
             fn.restype = ctypes.c_int
-            self._functions[output] = (fn, columns)
+            self._functions[output] = (fn, *layout)
         self._last_error = getattr(self._lib, f"{name}_last_error")
         self._last_error.restype = ctypes.c_char_p
         self._set_threads = getattr(self._lib, f"{name}_set_num_threads")
         self._set_threads.argtypes = [ctypes.c_int]
 
     def predict(self, X: Any, output: str = "value") -> np.ndarray:
-        """The library's ``output`` ("value" or "margin") for the rows of ``X``, shaped
-        as :meth:`Predictor.predict <silvanforge.Predictor.predict>` shapes it.
+        """The library's ``output`` ("value", "margin", or "leaf" when exported with
+        it) for the rows of ``X``, shaped as :meth:`Predictor.predict
+        <silvanforge.Predictor.predict>` shapes it.
 
         >>> lib = silvanforge.load_library("out/libhiggs.so")    # doctest: +SKIP
         >>> lib.predict(X, output="margin")                      # doctest: +SKIP
@@ -91,12 +94,14 @@ class Library:
         if output not in self._functions:
             raise InputError(f"output must be one of {', '.join(self._functions)}, not "
                              f"{output!r}")
-        fn, columns = self._functions[output]
+        fn, columns, dtype, shape = self._functions[output]
         rows = as_rows(X, self._shape)
-        out = np.empty((len(rows), columns))
+        out = np.empty((len(rows), columns), dtype=dtype)
         if fn(rows.ctypes.data, len(rows), out.ctypes.data) != 0:
             raise InputError(f"{self.name}: {self._last_error().decode()}")
-        return out[:, 0] if self._flat and columns == 1 else out
+        if output in ("value", "margin"):
+            return out[:, 0] if self._flat and columns == 1 else out
+        return out.reshape((len(rows), *shape))
 
     def set_num_threads(self, n: int) -> None:
         """The threads a call may use (0: the OpenMP runtime's default), for every

@@ -13,7 +13,7 @@ from typing import Any
 
 from ..backends import target_info
 from ..backends.cpu import Target
-from ..export import Exported, write_library
+from ..export import Exported, Kernels, write_library
 from ..export.library import name_of
 from ..errors import InputError
 from ..frontends import load
@@ -106,7 +106,8 @@ def export(model: Any, directory: str | os.PathLike, name: str | None = None,
     thread count, else the OpenMP runtime's); ``triple`` an LLVM triple for another
     machine (then ``NAME.o`` and the header are written, with the command that links
     them; ``cpu`` defaults to "generic"). ``name`` defaults to the model file's name.
-    ``iteration_range`` exports those rounds only, as :func:`compile` compiles them.
+    ``iteration_range`` exports those rounds only, as :func:`compile` compiles them;
+    ``outputs=("leaf",)`` adds ``NAME_predict_leaf``.
 
     >>> silvanforge.runtime.export("higgs.json", "out")                     # doctest: +SKIP
     >>> silvanforge.runtime.export("m.json", "arm", triple="aarch64-linux-gnu",
@@ -118,15 +119,16 @@ def export(model: Any, directory: str | os.PathLike, name: str | None = None,
             triple.split("-")[0] != Target.host().triple.split("-")[0]:
         options["cpu"] = "generic"  # "native" is this machine's
     iteration_range = options.pop("iteration_range", None)
-    extra = [o for o in options.pop("outputs", ()) or () if o not in ("value", "margin")]
-    if extra:
-        raise InputError(f"an exported library computes the value and the margin, not "
-                         f"{', '.join(map(repr, extra))} (docs/DEPLOY.md)")
     forest = load(model)
     if iteration_range is not None:
         forest = forest.slice(*_pair(iteration_range))
     plan = make_plan(forest, "cpu", triple=triple, **options)
+    leaf = _kernels(plan.leaf_plan()) if "leaf" in plan.outputs else None
+    return write_library(_kernels(plan), directory, name, cpu_target(plan.cpu, triple),
+                         threads=options.get("n_jobs") or 0, leaf=leaf)
+
+
+def _kernels(plan: Any) -> Kernels:
+    """What an exported library holds of ``plan``'s kernels."""
     representation = build_representation(plan)
-    return write_library(plan, representation, model_arrays(plan.forest, representation),
-                         directory, name, cpu_target(plan.cpu, triple),
-                         threads=options.get("n_jobs") or 0)
+    return Kernels(plan, representation, model_arrays(plan.forest, representation))

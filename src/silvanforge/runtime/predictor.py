@@ -44,7 +44,7 @@ import numpy as np
 
 from ..backends.cpu import CompiledKernel, RowsLayout, Target, compile_kernels
 from ..errors import BackendError, InputError, ModelFormatError, SilvanForgeError
-from ..export import Exported, write_library
+from ..export import Exported, Kernels, write_library
 from ..hir import print_plan
 from ..lir import finish as kernel_finish, lower as lir_lower
 from ..lir.printer import print_lir
@@ -260,14 +260,24 @@ class Predictor(ForestShape):
         """Write this predictor as ``directory/libNAME.so`` and ``directory/NAME.h``: the
         same kernels and model, for the same CPU, callable from C without Python
         (docs/DEPLOY.md); without a C compiler here, ``NAME.o`` and the command that
-        links it. ``silvanforge.load_library`` loads the library in Python.
+        links it. The leaf output's function comes too when the plan's ``outputs`` name
+        "leaf". ``silvanforge.load_library`` loads the library in Python.
 
         >>> predictor.export("out", name="higgs")                # doctest: +SKIP
         >>> silvanforge.load_library("out/libhiggs.so").predict(X)  # doctest: +SKIP
         """
-        kernels = [(k.mir, k.lir) for k in filter(None, (self._main, self._small))]
-        return write_library(self.plan, self.representation, self._model_arrays, directory,
-                             name, self.kernel.target, kernels)
+        leaf = None
+        if "leaf" in self.plan.outputs:
+            if self._leaf is None:
+                self._leaf = Predictor(self.plan.leaf_plan())
+            leaf = self._leaf._kernels()
+        return write_library(self._kernels(), directory, name, self.kernel.target,
+                             leaf=leaf)
+
+    def _kernels(self) -> Kernels:
+        """This predictor's kernels as an exported library holds them."""
+        return Kernels(self.plan, self.representation, self._model_arrays,
+                       [(k.mir, k.lir) for k in filter(None, (self._main, self._small))])
 
     def dump(self, level: str) -> str:
         """The text of one level: "plan" (every choice the planner made), "hir", "mir",
