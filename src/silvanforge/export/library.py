@@ -18,8 +18,10 @@ else the object file and the header are written with the command that links them
 
 Outputs: :data:`ENTRIES` lists the C functions a library exports, one per output and
 input dtype. An output the predict kernel finishes (a :mod:`~silvanforge.lir.finish`
-mode) is one line there; an output with a kernel of its own (leaf indices,
-contributions) adds its kernel to :func:`_kernels` and its entries here.
+mode) is one line there; an output with kernels of its own is a :class:`Kernels` set
+of its own in the module (the leaf output: the leaf plan's kernels, ``NAME.leaf_*``),
+with its entries here and its columns in :func:`metadata` (contributions, when they
+exist, the same way).
 """
 
 from __future__ import annotations
@@ -180,7 +182,7 @@ def write_library(predict: Kernels, directory: str | os.PathLike, name: str = "m
     header = directory / f"{name}.h"
     threads = checked_jobs(threads, "threads") if threads else 0
     swap = _big_endian(target.triple) == np.little_endian  # globals in its byte order
-    sets = [_Set.of(tag, k, name, target, swap)
+    sets = [_Set.of(tag, k, name, swap)
             for tag, k in (("", predict), ("leaf_", leaf)) if k is not None]
     text = _module_text(sets, name, target, threads)
     try:
@@ -379,7 +381,9 @@ class _Set:
     model: list[tuple[str, bytes]]
 
     @classmethod
-    def of(cls, tag: str, k: Kernels, name: str, target: Target, swap: bool) -> "_Set":
+    def of(cls, tag: str, k: Kernels, name: str, swap: bool) -> "_Set":
+        """``k`` lowered (when it is not yet) and named for library ``name``; its model
+        buffers byte-swapped when ``swap`` (a target of the other byte order)."""
         lowered = k.kernels()
         renamed = [replace(lir, name=f"{name}.{tag}kernel{i}")
                    for i, (_, lir) in enumerate(lowered)]
