@@ -32,7 +32,7 @@ def test_inspect(model, capsys):
     assert "trees 5, features 3" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("output", ["value", "margin"])
+@pytest.mark.parametrize("output", ["value", "margin", "contribs"])
 def test_predict_matches_the_reference(model, tmp_path, output):
     path, X = model
     data = tmp_path / "rows.csv"
@@ -42,7 +42,7 @@ def test_predict_matches_the_reference(model, tmp_path, output):
     for how in ([], ["--reference"]):
         assert cli.main(["predict", str(path), str(data), "--output", output,
                          "--out", str(out), *how]) == 0
-        np.testing.assert_allclose(np.loadtxt(out), expected, rtol=1e-8)
+        np.testing.assert_allclose(np.loadtxt(out, delimiter=","), expected, rtol=1e-8)
 
 
 @pytest.mark.parametrize("level", ["plan", "hir", "mir", "lir", "llvm"])

@@ -24,7 +24,8 @@ QUICKSTARTS = {
 
 
 # Other pages whose python blocks run the same way.
-RUNNABLE = {**QUICKSTARTS, "OUTPUTS.md": ["xgboost", "lightgbm", "sklearn"]}
+RUNNABLE = {**QUICKSTARTS, "OUTPUTS.md": ["xgboost", "lightgbm", "sklearn"],
+            "CONTRIBS.md": ["xgboost", "lightgbm", "sklearn", "shap"]}
 
 
 def test_every_quickstart_is_tested():

@@ -305,10 +305,12 @@ def build_parser() -> argparse.ArgumentParser:
         description="Predict the rows of a CSV (or .npy) file and print one line per row.")
     p.add_argument("model", help=_MODEL_HELP)
     p.add_argument("data", help="rows: " + _DATA_HELP)
-    p.add_argument("--output", choices=["value", "margin", "leaf"], default="value",
-                   help="the library's predicted value (default), the raw margin, or "
-                   "the leaf each row reaches in each tree, numbered as the library "
-                   "numbers it (docs/OUTPUTS.md)")
+    p.add_argument("--output", choices=["value", "margin", "leaf", "contribs"],
+                   default="value",
+                   help="the library's predicted value (default), the raw margin, the leaf "
+                   "each row reaches in each tree, numbered as the library numbers it "
+                   "(docs/OUTPUTS.md), or SHAP contributions (one column a feature, then "
+                   "the expected value; several outputs one after another)")
     p.add_argument("--header", action="store_true", help=_HEADER_HELP)
     p.add_argument("--columns", type=int, default=None,
                    help="use only the first N columns (e.g. to drop a label column)")

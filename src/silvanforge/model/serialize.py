@@ -21,6 +21,8 @@ _ARRAYS = ("feature", "threshold", "left", "right", "default_left", "split_op", 
 _LINEAR = ("offset", "count", "const", "feature", "coeff")
 # Arrays a forest may lack (Forest's module docstring): saved only when present.
 _OPTIONAL = ("cover", "source_id")
+# The arrays no prediction kernel reads (outputs other than predictions do).
+NOT_PREDICTED = frozenset(_OPTIONAL)
 
 
 def _plain(value: Any) -> Any:

@@ -59,7 +59,9 @@ def cache_dir() -> str:
 
 
 def model_hash(forest: Forest) -> str:
-    """sha256 of the Forest's arrays (name, dtype, shape, bytes) and its metadata.
+    """sha256 of the Forest's arrays (name, dtype, shape, bytes) and its metadata; the
+    optional arrays that no prediction reads (``serialize.NOT_PREDICTED``) left out, so
+    a frontend that starts reading them keeps the tuned entries of its models.
 
     >>> len(model_hash(forest))                                   # doctest: +SKIP
     64
@@ -67,6 +69,8 @@ def model_hash(forest: Forest) -> str:
     arrays, meta = serialize.to_arrays(forest)
     digest = hashlib.sha256()
     for name in sorted(arrays):
+        if name in serialize.NOT_PREDICTED:
+            continue  # covers and source ids change no prediction kernel
         a = np.ascontiguousarray(arrays[name])
         digest.update(f"{name}:{a.dtype.str}:{a.shape}".encode())
         digest.update(a.tobytes())

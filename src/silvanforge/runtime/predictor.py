@@ -59,6 +59,7 @@ from ..reference import check_output
 from ..representations import REGISTRY
 from ..schedule import Schedule
 from . import fork, gc_pause
+from .contribs import Contributions
 from .base import ForestShape, build_representation, model_arrays, transformed
 
 # 2: kernels finish their rows (a ``finish`` argument). 3: a kernel's code may be several
@@ -68,7 +69,7 @@ from .base import ForestShape, build_representation, model_arrays, transformed
 FORMAT_VERSION = 5
 DUMP_LEVELS = ("plan", "hir", "mir", "lir", "llvm")
 # What ``predict`` computes (reference.check_output's message names them).
-OUTPUTS = ("value", "margin", "leaf")
+OUTPUTS = ("value", "margin", "leaf", "contribs")
 # A one-row call is half Python: a global is read faster than a module's.
 _SCORE = kernel_finish.SCORE
 
@@ -174,6 +175,10 @@ class Predictor(ForestShape):
         self._leaf: Predictor | None = None
         if leaf_code or "leaf" in plan.outputs:
             self._leaf = Predictor(plan.leaf_plan(), leaf_code, built_for)
+        # SHAP contributions: compiled on the first call that asks (runtime/contribs.py),
+        # from this saved object code when from_bytes found some.
+        self._contribs: Contributions | None = None
+        self._contribs_code: tuple[bytes, ...] = ()
 
     @property
     def schedule(self) -> Schedule:
@@ -208,6 +213,8 @@ class Predictor(ForestShape):
         if finish is None:
             if output == "leaf":
                 return self._leaf_output(X, n_jobs)
+            if output == "contribs":
+                return self._contributions(X, n_jobs)
             check_output(output, OUTPUTS)
         threads = self._jobs if n_jobs is None else checked_jobs(n_jobs)
         # A 2-D ndarray goes to the kernel as it is, whose entry checks the rest of its
@@ -238,6 +245,15 @@ class Predictor(ForestShape):
             log.info("leaf output: building its kernels (once; saved with the predictor)")
             self._leaf = Predictor(self.plan.leaf_plan())
         return leaf_ids.shaped(self.forest, self._leaf.predict(X, "margin", n_jobs))
+
+    def _contributions(self, X: Any, n_jobs: int | None) -> np.ndarray:
+        """``predict(X, output="contribs")``: exact TreeSHAP values (the shape and
+        meaning of :func:`silvanforge.reference.contributions`)."""
+        threads = self._jobs if n_jobs is None else checked_jobs(n_jobs)
+        if self._contribs is None:
+            self._contribs = Contributions(self.forest, self.kernel.target,
+                                           self._contribs_code)
+        return self._contribs(X, threads)
 
     def _run_again(self, X: Any, rows: np.ndarray, result: np.ndarray, kernel: _Kernel,
                    threads: int, finish: int) -> None:
@@ -324,6 +340,9 @@ class Predictor(ForestShape):
                             for i, k in enumerate(filter(None, (self._leaf._main,
                                                                 self._leaf._small)))
                             for j, obj in enumerate(k.code.object_code)})
+        if self._contribs is not None:
+            members.update({f"contribs_object_code_0_{j}": np.frombuffer(obj, dtype=np.uint8)
+                            for j, obj in enumerate(self._contribs.code.object_code)})
         for name in ("node_tile", "tree_order"):
             if getattr(self.plan, name) is not None:
                 members[name] = np.asarray(getattr(self.plan, name))
@@ -373,8 +392,11 @@ class Predictor(ForestShape):
         except (OSError, ValueError, KeyError, TypeError, EOFError,
                 zipfile.BadZipFile) as exc:
             raise ModelFormatError(f"not a saved SilvanForge predictor ({exc})") from None
-        return cls(plan, codes if trust_code else (), target,
-                   leaf_codes if trust_code else ())
+        predictor = cls(plan, codes if trust_code else (), target,
+                        leaf_codes if trust_code else ())
+        if trust_code and codes:
+            predictor._contribs_code = _object_files(archive, 0, "contribs_")
+        return predictor
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the predictor (model, plan and machine code) to ``path``.
