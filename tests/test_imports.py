@@ -30,6 +30,7 @@ LAYERS = [
     ("representations",),
     ("backends",),
     ("plan",),
+    ("export",),  # a plan's kernels as a shared library; its ctypes loader
     ("runtime",),
     ("estimator",),  # compile_estimator: estimators' methods over a predictor
     ("bench",),

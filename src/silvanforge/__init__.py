@@ -8,6 +8,7 @@
 import logging
 
 from . import reference
+from .export import load_library
 from .errors import (InputError, MissingDependencyError, ModelFormatError,
                      SilvanForgeError, UnsupportedModelError)
 from .frontends import load
@@ -23,5 +24,6 @@ from .version import __version__
 logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 __all__ = ["load", "compile", "compile_estimator", "CompiledEstimator", "tune", "Configuration", "load_predictor", "Predictor",
+           "load_library",
            "profile", "Profile", "Forest", "reference", "SilvanForgeError", "ModelFormatError",
            "UnsupportedModelError", "InputError", "MissingDependencyError", "__version__"]

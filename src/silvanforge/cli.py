@@ -3,6 +3,7 @@
     silvanforge demo
     silvanforge inspect model.json --dump mir --schedule xgboost
     silvanforge -v compile model.json -o model.sfp
+    silvanforge export model.json -o out --name model
     silvanforge predict --predictor model.sfp rows.csv -o scores.parquet
     silvanforge tune model.json rows.csv --batch 1024 --n-jobs 2
 """
@@ -27,7 +28,7 @@ from .frontends import load
 from .model.forest import Forest
 from .representations import REGISTRY
 from .plan import cache
-from .runtime import Predictor, compile, load_predictor
+from .runtime import Predictor, compile, export, load_predictor
 from .runtime.predictor import DUMP_LEVELS
 from .tabular import Table, prediction_writer, read_table
 from .tune import tune
@@ -110,6 +111,13 @@ def _compile(args: argparse.Namespace) -> None:
     predictor = compile(args.model, precision=args.precision, **_compile_kwargs(args))
     predictor.save(args.out)
     print(f"wrote {args.out}: {predictor!r}")
+
+
+def _export(args: argparse.Namespace) -> None:
+    written = export(args.model, args.out, name=args.name, triple=args.triple,
+                     precision=args.precision, outputs=("leaf",) if args.leaf else (),
+                     **_compile_kwargs(args))
+    print(written)
 
 
 def _predict(args: argparse.Namespace) -> None:
@@ -264,6 +272,33 @@ def build_parser() -> argparse.ArgumentParser:
                    help="threshold precision (default: the model's own)")
     _compile_options(p)
     p.set_defaults(run=_compile)
+
+    p = commands.add_parser(
+        "export", help="write a model as a shared library with a C header",
+        description="Compile a model ahead of time into DIR/libNAME.so and DIR/NAME.h: a "
+                    "library that C (or anything with a C FFI) calls without Python or "
+                    "LLVM, and silvanforge.load_library loads (docs/DEPLOY.md). It is "
+                    "linked with the system C compiler; without one, or for another "
+                    "machine's --triple, DIR/NAME.o is written with the command that "
+                    "links it. The library is machine code for --cpu (default: this "
+                    "machine's CPU): run it only on CPUs with that CPU's features.")
+    p.add_argument("model", help="model file: XGBoost JSON/UBJSON, LightGBM text or ONNX")
+    p.add_argument("-o", "--out", required=True, metavar="DIR",
+                   help="directory to write into (created if missing)")
+    p.add_argument("--name", default=None,
+                   help="the library's name, a C identifier prefixing every symbol "
+                   "(default: the model file's name up to its first dot)")
+    p.add_argument("--triple", default=None,
+                   help="an LLVM target triple for another machine, e.g. "
+                   "aarch64-linux-gnu (with --cpu one of its CPUs, e.g. generic or "
+                   "neoverse-n1; default: this machine's)")
+    p.add_argument("--precision", choices=["float32", "float64"],
+                   help="threshold precision (default: the model's own)")
+    p.add_argument("--leaf", action="store_true",
+                   help="also export NAME_predict_leaf: the leaf each row reaches in each "
+                   "tree, as 'predict --output leaf' gives it")
+    _compile_options(p)
+    p.set_defaults(run=_export)
 
     p = commands.add_parser(
         "predict", help="predict the rows of a CSV or .npy file",

@@ -79,11 +79,12 @@ def rows_per_thread(forest: Forest) -> int:
     return max(MIN_ROWS_PER_THREAD, -(-walks // max(1, forest.n_trees)))
 
 
-def cpu_target(cpu: str = "native") -> Target:
-    """The CPU code is built for: "native" (this machine) or an LLVM CPU name."""
+def cpu_target(cpu: str = "native", triple: str | None = None) -> Target:
+    """The CPU code is built for: "native" (this machine) or an LLVM CPU name, of
+    ``triple`` (default: this machine's; another one is for an exported library)."""
     if not isinstance(cpu, str):
         raise InputError(f"cpu must be an LLVM CPU name or 'native', not {cpu!r}")
-    return Target.named(cpu)
+    return Target.named(cpu, triple)
 
 
 def choose_precision(forest: Forest, precision: str | None) -> str:
@@ -163,10 +164,13 @@ def make_plan(forest: Forest, target: str = "cpu", schedule: Any = None,
               representation: str | None = None, precision: str | None = None,
               n_jobs: int | None = None, tile_size: int | None = None,
               tiling: str | None = None, profile: Any = None,
-              cpu: str | None = None, outputs: Any = ()) -> Plan:
+              cpu: str | None = None, outputs: Any = (),
+              triple: str | None = None) -> Plan:
     """The :class:`Plan` for ``forest`` on ``target`` with ``compile``'s options (see
     :func:`silvanforge.compile` for each; the module docstring says how what is left
-    open is chosen).
+    open is chosen). ``triple``: the LLVM triple ``cpu`` is one of (default: this
+    machine's; another one plans an exported library for another machine, whose
+    defaults then need none of this machine's CPU features).
 
     >>> print(make_plan(forest, schedule="one_tree_at_a_time").schedule)  # doctest: +SKIP
     reorder(tree, batch)
@@ -184,9 +188,9 @@ def make_plan(forest: Forest, target: str = "cpu", schedule: Any = None,
         given = {"representation": representation, "precision": precision,
                  "n_jobs": n_jobs, "tile_size": tile_size, "tiling": tiling,
                  "profile": profile}
-        return make_plan(forest, target, cpu=cpu, outputs=outputs,
+        return make_plan(forest, target, cpu=cpu, outputs=outputs, triple=triple,
                          **tuned_options(forest, schedule, given, cpu))
-    features = frozenset(cpu_target(cpu).enabled())
+    features = frozenset(cpu_target(cpu, triple).enabled())
     jobs = default_jobs() if n_jobs is None else checked_jobs(n_jobs)
     layout = plan_layout(forest, tile_size, tiling, profile)
     forest = layout.forest

@@ -7,14 +7,20 @@
 from __future__ import annotations
 
 import logging
+import os
 import time
 from typing import Any
 
 from ..backends import target_info
+from ..backends.cpu import Target
+from ..export import Exported, Kernels, write_library
+from ..export.library import name_of
 from ..errors import InputError
 from ..frontends import load
 from ..plan import make_plan
+from ..plan.planner import cpu_target
 from . import gc_pause
+from .base import build_representation, model_arrays
 from .gpu import GPUPredictor
 from .predictor import Predictor
 
@@ -88,3 +94,41 @@ def _pair(value: Any) -> tuple[Any, Any]:
     if isinstance(value, (str, bytes)) or not hasattr(value, "__len__") or len(value) != 2:
         raise InputError(f"iteration_range must be a pair (begin, end), not {value!r:.60}")
     return value[0], value[1]
+
+
+@gc_pause.paused()
+def export(model: Any, directory: str | os.PathLike, name: str | None = None,
+           triple: str | None = None, **options: Any) -> Exported:
+    """Export a model (anything :func:`silvanforge.load` takes) as
+    ``directory/libNAME.so`` and ``directory/NAME.h`` (docs/DEPLOY.md) without compiling
+    it in this process. ``options`` are :func:`compile`'s for the CPU target (``cpu``:
+    the CPU the library is for, default "native"; ``n_jobs``: the library's default
+    thread count, else the OpenMP runtime's); ``triple`` an LLVM triple for another
+    machine (then ``NAME.o`` and the header are written, with the command that links
+    them; ``cpu`` defaults to "generic"). ``name`` defaults to the model file's name.
+    ``iteration_range`` exports those rounds only, as :func:`compile` compiles them;
+    ``outputs=("leaf",)`` adds ``NAME_predict_leaf``.
+
+    >>> silvanforge.runtime.export("higgs.json", "out")                     # doctest: +SKIP
+    >>> silvanforge.runtime.export("m.json", "arm", triple="aarch64-linux-gnu",
+    ...                            cpu="neoverse-n1")                      # doctest: +SKIP
+    """
+    if name is None:
+        name = name_of(model) if isinstance(model, (str, os.PathLike)) else "model"
+    if triple is not None and options.get("cpu") is None and \
+            triple.split("-")[0] != Target.host().triple.split("-")[0]:
+        options["cpu"] = "generic"  # "native" is this machine's
+    iteration_range = options.pop("iteration_range", None)
+    forest = load(model)
+    if iteration_range is not None:
+        forest = forest.slice(*_pair(iteration_range))
+    plan = make_plan(forest, "cpu", triple=triple, **options)
+    leaf = _kernels(plan.leaf_plan()) if "leaf" in plan.outputs else None
+    return write_library(_kernels(plan), directory, name, cpu_target(plan.cpu, triple),
+                         threads=options.get("n_jobs") or 0, leaf=leaf)
+
+
+def _kernels(plan: Any) -> Kernels:
+    """What an exported library holds of ``plan``'s kernels."""
+    representation = build_representation(plan)
+    return Kernels(plan, representation, model_arrays(plan.forest, representation))

@@ -44,6 +44,7 @@ import numpy as np
 
 from ..backends.cpu import CompiledKernel, RowsLayout, Target, compile_kernels
 from ..errors import BackendError, InputError, ModelFormatError, SilvanForgeError
+from ..export import Exported, Kernels, write_library
 from ..hir import print_plan
 from ..lir import finish as kernel_finish, lower as lir_lower
 from ..lir.printer import print_lir
@@ -270,6 +271,29 @@ class Predictor(ForestShape):
         if not kernel.call(rows, n, result, *args, threads, finish):
             raise BackendError(f"the kernel refused rows converted for it: "
                                f"{rows.dtype} {rows.shape} {rows.flags}")
+
+    def export(self, directory: str | os.PathLike, name: str = "model") -> Exported:
+        """Write this predictor as ``directory/libNAME.so`` and ``directory/NAME.h``: the
+        same kernels and model, for the same CPU, callable from C without Python
+        (docs/DEPLOY.md); without a C compiler here, ``NAME.o`` and the command that
+        links it. The leaf output's function comes too when the plan's ``outputs`` name
+        "leaf". ``silvanforge.load_library`` loads the library in Python.
+
+        >>> predictor.export("out", name="higgs")                # doctest: +SKIP
+        >>> silvanforge.load_library("out/libhiggs.so").predict(X)  # doctest: +SKIP
+        """
+        leaf = None
+        if "leaf" in self.plan.outputs:
+            if self._leaf is None:
+                self._leaf = Predictor(self.plan.leaf_plan())
+            leaf = self._leaf._kernels()
+        return write_library(self._kernels(), directory, name, self.kernel.target,
+                             leaf=leaf)
+
+    def _kernels(self) -> Kernels:
+        """This predictor's kernels as an exported library holds them."""
+        return Kernels(self.plan, self.representation, self._model_arrays,
+                       [(k.mir, k.lir) for k in filter(None, (self._main, self._small))])
 
     def dump(self, level: str) -> str:
         """The text of one level: "plan" (every choice the planner made), "hir", "mir",

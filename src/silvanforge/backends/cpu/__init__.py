@@ -7,8 +7,8 @@ on OpenMP.
 """
 
 from .entry import RowsLayout
-from .jit import CompiledKernel, Target, compile_kernel, compile_kernels
+from .jit import CompiledKernel, Target, compile_kernel, compile_kernels, render_kernel
 from .llvm import render_module
 
 __all__ = ["compile_kernel", "compile_kernels", "CompiledKernel", "RowsLayout", "Target",
-           "render_module"]
+           "render_kernel", "render_module"]

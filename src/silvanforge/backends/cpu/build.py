@@ -45,7 +45,7 @@ BUILDS_PER_WORKER = 100
 
 
 def build(text: str, triple: str, cpu: str, features: str,
-          opt: int) -> tuple[bytes, str]:
+          opt: int, pic: bool = False, keep_ir: bool = True) -> tuple[bytes, str]:
     """:func:`build_object`'s answer, built by this process's home worker (so that the
     pipeline's leak is not this process's); built here when no worker can be had.
 
@@ -54,7 +54,7 @@ def build(text: str, triple: str, cpu: str, features: str,
     >>> "define void @f()" in ir
     True
     """
-    target = (triple, cpu, features, opt)
+    target = (triple, cpu, features, opt, pic, keep_ir)
     with _HOME_LOCK:
         home = _HOME[0] if _HOME else None
         if home is None or not home.alive():
@@ -76,9 +76,12 @@ def build(text: str, triple: str, cpu: str, features: str,
 
 
 def build_object(text: str, triple: str, cpu: str, features: str,
-                 opt: int) -> tuple[bytes, str]:
+                 opt: int, pic: bool = False, keep_ir: bool = True) -> tuple[bytes, str]:
     """Parse, verify and optimise ``text`` at level ``opt`` (0-3) and emit it for the
-    given target: (object code, optimised IR).
+    given target: (object code, optimised IR; "" without ``keep_ir``: printing a module
+    with megabytes of constants takes seconds). ``pic``: position-independent code for
+    a shared library (an exported one, :mod:`silvanforge.export`), else code for the
+    JIT. A triple of another architecture than this machine's is built too.
 
     >>> obj, ir = build_object("define void @f() { ret void }", llvm.get_process_triple(),
     ...                        "", "", 2)
@@ -87,8 +90,12 @@ def build_object(text: str, triple: str, cpu: str, features: str,
     """
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
+    if triple.split("-")[0] != llvm.get_process_triple().split("-")[0]:
+        llvm.initialize_all_targets()
+        llvm.initialize_all_asmprinters()
+    options = {"reloc": "pic", "codemodel": "default"} if pic else {"jit": True}
     machine = llvm.Target.from_triple(triple).create_target_machine(
-        cpu=cpu, features=features, opt=opt, jit=True)
+        cpu=cpu, features=features, opt=opt, **options)
     try:
         module = llvm.parse_assembly(text)
         module.triple = triple
@@ -99,7 +106,7 @@ def build_object(text: str, triple: str, cpu: str, features: str,
     options = llvm.create_pipeline_tuning_options(speed_level=opt)
     passes = llvm.create_pass_builder(machine, options)
     passes.getModulePassManager().run(module, passes)
-    return machine.emit_object(module), str(module)
+    return machine.emit_object(module), str(module) if keep_ir else ""
 
 
 class ParallelBuild:
@@ -217,7 +224,7 @@ class _Worker:
         return (self.process is not None and self.process.poll() is None
                 and self.pid == os.getpid())
 
-    def exchange(self, target: tuple[str, str, str, int],
+    def exchange(self, target: tuple,
                  text: str) -> tuple[bytes, str] | BuildError:
         """The worker's build of ``text``; OSError when the worker is gone."""
         request = _frame(json.dumps(target).encode()) + _frame(text.encode())
@@ -291,9 +298,9 @@ def serve(requests, answers) -> None:  # type: ignore[no-untyped-def]
         except OSError:
             return
         text = _read_frame(requests).decode()
-        triple, cpu, features, opt = json.loads(header)
+        target = json.loads(header)
         try:
-            obj, ir = build_object(text, triple, cpu, features, opt)
+            obj, ir = build_object(text, *target)
             answers.write(_frame(b"ok") + _frame(obj) + _frame(ir.encode()))
         except BuildError as exc:
             answers.write(_frame(b"error") + _frame(str(exc).encode()) + _frame(b""))

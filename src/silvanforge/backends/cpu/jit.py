@@ -65,7 +65,7 @@ def compile_kernel(kernel: ir.Kernel, *, opt: int = 2,
     target = target or Target.host()
     pieces = _Pieces(target, opt) if build.cores() > 1 else None
     try:
-        module = _render(kernel, target, pieces)
+        module = render_kernel(kernel, target, pieces)
     except BaseException:
         if pieces is not None and pieces.build is not None:
             pieces.build.close()  # its threads stop; what they build is dropped
@@ -104,12 +104,20 @@ def _log_sizes(name: str, instructions: int, built: list[tuple[bytes, str]]) -> 
               name, instructions, len(built), sum(len(obj) for obj, _ in built))
 
 
-def _render(kernel: ir.Kernel, target: Target, pieces: "_Pieces | None" = None) -> ll.Module:
+def render_kernel(kernel: ir.Kernel, target: Target, pieces: "_Pieces | None" = None,
+                  module: ll.Module | None = None) -> ll.Module:
     """The LLVM module of ``kernel`` for ``target`` (its outlined functions handed to
-    ``pieces`` when given)."""
+    ``pieces`` when given; added to ``module`` when given): what :func:`compile_kernel`
+    builds, and an exported library holds (:mod:`silvanforge.export`). Parallel loops
+    call OpenMP where this process found a runtime, else run serially.
+
+    >>> print(render_kernel(ir.Kernel("noop", [], []), Target.host()).get_global("noop").ftype)
+    void ()
+    """
     parallel = any(isinstance(s, ir.For) and s.parallel for s in walk_stmts(kernel.body))
     return render_module(kernel, openmp=parallel and openmp.runtime() is not None,
-                         outlined=pieces, avx512="avx512f" in target.enabled())
+                         outlined=pieces, avx512="avx512f" in target.enabled(),
+                         module=module)
 
 
 def compile_kernels(kernels: Sequence[ir.Kernel], *, opt: int = 2,
@@ -127,7 +135,7 @@ def compile_kernels(kernels: Sequence[ir.Kernel], *, opt: int = 2,
     if len(kernels) < 2 or build.cores() < 2:
         return [compile_kernel(k, opt=opt, target=target) for k in kernels]
     target = target or Target.host()
-    rendered = [_render(kernel, target) for kernel in kernels]
+    rendered = [render_kernel(kernel, target) for kernel in kernels]
     sizes = [_instructions(module) for module in rendered]
     modules = [str(module) for module in rendered]
     job = build.ParallelBuild(target.triple, target.cpu, target.features, opt)

@@ -99,8 +99,11 @@ class _Render:
 
 
 def render_module(kernel: ir.Kernel, *, openmp: bool = True,
-                  outlined: Outlined | None = None, avx512: bool = False) -> ll.Module:
-    """Render ``kernel`` as an LLVM module holding ``void @<kernel.name>(params...)``.
+                  outlined: Outlined | None = None, avx512: bool = False,
+                  module: ll.Module | None = None) -> ll.Module:
+    """Render ``kernel`` as an LLVM module holding ``void @<kernel.name>(params...)``
+    (added to ``module`` when given: the functions it outlines are named after the
+    kernel, so kernels of distinct names share a module).
 
     With ``openmp`` False parallel loops are rendered as serial loops. ``outlined`` is
     called with each piece of a large block rendered as a function of its own. ``avx512``:
@@ -110,7 +113,7 @@ def render_module(kernel: ir.Kernel, *, openmp: bool = True,
     >>> print(render_module(k).get_global("noop").ftype)
     void (double*, i64)
     """
-    module = ll.Module(name=kernel.name)
+    module = module if module is not None else ll.Module(name=kernel.name)
     for p in kernel.params:
         if isinstance(p, ir.Buffer) and p.dtype == ir.BOOL:
             raise BackendError(f"kernel {kernel.name}: buffer {p.name!r} of i1; use i8")

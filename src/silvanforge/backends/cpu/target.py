@@ -12,7 +12,7 @@ import functools
 import re
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import llvmlite.binding as llvm
 
@@ -33,7 +33,7 @@ _GENERIC = ("", "generic")
 # LLVM lists the CPUs and features it knows for a target when asked for the CPU "help",
 # on stderr; an unknown CPU name only makes it print a warning there and build generic
 # code. llvmlite returns neither, so a child process asks and this one reads its stderr.
-_ASK_HELP = ("import sys, llvmlite.binding as llvm; llvm.initialize_native_target(); "
+_ASK_HELP = ("import sys, llvmlite.binding as llvm; llvm.initialize_all_targets(); "
              "llvm.Target.from_triple(sys.argv[1]).create_target_machine(cpu='help')")
 _HELP_SECTION = re.compile(r"Available (CPUs|features) for this target:\n\n((?:  .*\n)*)")
 
@@ -59,24 +59,33 @@ class Target:
                    llvm.get_host_cpu_features().flatten())
 
     @classmethod
-    def named(cls, cpu: str) -> "Target":
-        """The CPU LLVM calls ``cpu`` on this machine's architecture: ``"native"`` is
-        :meth:`host`; an x86-64 psABI level (``"x86-64"``, ``"x86-64-v2"`` .. ``"-v4"``)
-        comes with its features (:data:`PSABI_LEVELS`); another name LLVM knows
-        (``"skylake-avx512"``, ``"znver4"``) with none. Raises :class:`BackendError` for
-        a name LLVM does not know.
+    def named(cls, cpu: str, triple: str | None = None) -> "Target":
+        """The CPU LLVM calls ``cpu`` on ``triple`` (default: this machine's
+        architecture): ``"native"`` is :meth:`host`; an x86-64 psABI level
+        (``"x86-64"``, ``"x86-64-v2"`` .. ``"-v4"``) comes with its features
+        (:data:`PSABI_LEVELS`); another name LLVM knows for the triple
+        (``"skylake-avx512"``, ``"znver4"``, ``"neoverse-n1"`` for ``aarch64-linux-gnu``)
+        with none. Raises :class:`BackendError` for a name LLVM does not know, and for
+        ``"native"`` with another architecture's triple.
 
         >>> Target.named("native") == Target.host()
         True
+        >>> Target.named("generic", "aarch64-linux-gnu")
+        Target(triple='aarch64-linux-gnu', cpu='generic', features='')
         """
-        if cpu == "native":
-            return cls.host()
         host = cls.host()
-        if cpu not in llvm_help(host.triple)["CPUs"]:
+        triple = triple or host.triple
+        foreign = triple.split("-")[0] != host.triple.split("-")[0]
+        if cpu == "native":
+            if foreign:
+                raise BackendError(f"CPU 'native' is this machine's ({host.triple}); "
+                                   f"name a CPU of {triple} (e.g. 'generic')")
+            return cls.host() if triple == host.triple else replace(host, triple=triple)
+        if cpu not in llvm_help(triple)["CPUs"]:
             raise BackendError(f"unknown CPU {cpu!r}: LLVM knows no such CPU for "
-                               f"{host.triple} (\"native\" is this machine's)")
+                               f"{triple} (\"native\" is this machine's)")
         features = ",".join("+" + f for f in psabi_features(cpu))
-        return cls(host.triple, cpu, features)
+        return cls(triple, cpu, features)
 
     def enabled(self) -> set[str]:
         """The CPU features this target turns on.
