@@ -239,6 +239,15 @@ def test_saved_predictors_keep_the_contributions_code(multiclass, tmp_path, monk
         np.testing.assert_array_equal(loaded.predict(X[:20], output="contribs"), phi)
     untrusted = silvanforge.load_predictor(tmp_path / "m.sfp", trust_code=False)
     np.testing.assert_array_equal(untrusted.predict(X[:20], output="contribs"), phi)
+    # Asked for in the plan's outputs, the kernel is built at once, and reloaded so.
+    eager = silvanforge.compile(model, outputs=("contribs",))
+    assert eager._contribs is not None and "contribs" in eager.dump("plan")
+    eager.save(tmp_path / "e.sfp")
+    with monkeypatch.context() as patch:
+        patch.setattr(runtime_contribs, "compile_kernel", no_compiling)
+        loaded = silvanforge.load_predictor(tmp_path / "e.sfp")
+        assert loaded._contribs is not None
+        np.testing.assert_array_equal(loaded.predict(X[:20], output="contribs"), phi)
 
 
 def test_reference_predict_gives_contributions(multiclass):

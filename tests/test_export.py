@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import threading
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -21,7 +22,8 @@ import pytest
 import silvanforge
 from silvanforge import reference
 from silvanforge.cli import main
-from silvanforge.errors import BackendError, InputError, UnsupportedModelError
+from silvanforge.errors import (BackendError, ContributionsError, InputError,
+                                UnsupportedModelError)
 from silvanforge.export import library
 from silvanforge.runtime import export
 
@@ -49,13 +51,16 @@ def _rows(n_features: int, n: int = 300, seed: int = 0) -> np.ndarray:
 
 
 def _run_c(directory: Path, name: str, X: np.ndarray, threads: int = 0,
-           leaf: int = 0) -> np.ndarray:
+           leaf: int = 0, contribs: bool = False) -> Any:
     """Build tests/export_c/check.c against directory/NAME.h and libNAME.so, run it on
     ``X``: (value, margin, value from float32 rows), each rows x N_OUTPUTS; with
-    ``leaf`` trees, (that, the leaf ids)."""
+    ``leaf`` trees, (that, the leaf ids); with ``contribs``, (that, [ids,] the
+    contributions from float64 and from float32 rows, each rows x N_OUTPUTS x
+    (N_FEATURES + 1))."""
     cc = _tool("cc")
     exe = directory / f"check_{name}"
-    subprocess.run([cc, "-O1", *(["-DLEAF"] if leaf else []), f"-DNAME={name}",
+    flags = ["-DLEAF"] * bool(leaf) + ["-DCONTRIBS"] * contribs
+    subprocess.run([cc, "-O1", *flags, f"-DNAME={name}",
                     f'-DHEADER="{name}.h"', "-I",
                     str(directory), str(CHECK_C), "-o", str(exe), "-L", str(directory),
                     f"-l{name}", f"-Wl,-rpath,{directory.resolve()}", "-pthread", "-lm"],
@@ -67,9 +72,17 @@ def _run_c(directory: Path, name: str, X: np.ndarray, threads: int = 0,
                           text=True, timeout=120)
     assert done.returncode == 0, f"check exited {done.returncode}: {done.stderr}"
     data = (directory / "out.bin").read_bytes()
-    ids = np.frombuffer(data[len(data) - 4 * leaf * len(rows):], np.int32)
-    results = np.frombuffer(data[:len(data) - ids.nbytes]).reshape(3, len(rows), -1)
-    return (results, ids.reshape(len(rows), leaf)) if leaf else results
+    n, F = rows.shape
+    ids = np.frombuffer(data[len(data) - 4 * leaf * n:], np.int32)
+    doubles = np.frombuffer(data[:len(data) - ids.nbytes])
+    # value, margin, value32: 3 x K a row; the contributions: 2 x K x (F + 1).
+    K = len(doubles) // (n * (3 + 2 * (F + 1) * contribs))
+    got = [doubles[:3 * n * K].reshape(3, n, K)]
+    if leaf:
+        got.append(ids.reshape(n, leaf))
+    if contribs:
+        got.append(doubles[3 * n * K:].reshape(2, n, K, F + 1))
+    return got[0] if len(got) == 1 else tuple(got)
 
 
 def _check(forest, results: np.ndarray, X: np.ndarray) -> None:
@@ -147,14 +160,23 @@ def test_lightgbm_categorical_multiclass_from_the_cli(tmp_path, capsys):
     model = tmp_path / "multi.lgb.txt"
     booster.save_model(model)
     out = tmp_path / "lib"
-    assert main(["export", str(model), "-o", str(out), "--n-jobs", "2"]) == 0
+    assert main(["export", str(model), "-o", str(out), "--n-jobs", "2", "--contribs"]) == 0
     assert f"wrote {out / 'libmulti.so'}" in capsys.readouterr().out
     forest = silvanforge.load(model)
     assert forest.has_categorical and forest.n_outputs == 3
     X_test = X[:200].copy()
     X_test[:20, 1] = [-1, 0.5, 11.5, 12, 40, np.nan, 3, 7, 2.99, 1e9] * 2
-    _check(forest, _run_c(out, "multi", X_test), X_test)
+    results, (phi, phi32) = _run_c(out, "multi", X_test, threads=2, contribs=True)
+    _check(forest, results, X_test)
     assert "until set: 2" in (out / "multi.h").read_text()
+    # SHAP contributions, (rows, 3 classes, 5 features + 1), from float64 and float32 rows.
+    for got, rows in ((phi, X_test), (phi32, X_test.astype(np.float32))):
+        np.testing.assert_allclose(got, reference.contributions(forest, rows),
+                                   rtol=1e-9, atol=1e-9)
+    lib = silvanforge.load_library(out / "libmulti.so")
+    assert lib.metadata["outputs"]["contribs"] == {
+        "function": "multi_predict_contribs", "columns": 18, "shape": [3, 6]}
+    np.testing.assert_array_equal(lib.predict(X_test[:30], output="contribs"), phi[:30])
 
 
 @pytest.mark.parametrize("kind", ["forest_classifier", "gb_regressor"])
@@ -262,3 +284,33 @@ def test_leaf_output(xgb_model, tmp_path):
     leaves = got.predict(X, output="leaf")
     assert leaves.dtype == np.int32
     np.testing.assert_array_equal(leaves, predictor.predict(X, output="leaf"))
+
+
+def test_contributions(xgb_model, tmp_path):
+    # A predictor compiled with the contributions exports them as it computes them.
+    predictor = silvanforge.compile(xgb_model, outputs=("contribs",))
+    written = predictor.export(tmp_path, name="xc")
+    header = written.header.read_text()
+    assert "int xc_predict_contribs(const double *rows, int64_t n_rows, double *out);" \
+        in header and "xc_predict_leaf" not in header
+    X = _rows(6, 120, seed=8)
+    results, (phi, phi32) = _run_c(tmp_path, "xc", X, threads=3, contribs=True)
+    forest = silvanforge.load(xgb_model)
+    _check(forest, results, X)
+    expected = reference.contributions(forest, X)  # (rows, 6 features + 1): one output
+    for got in (phi, phi32):  # XGBoost compares in float32: the same from either
+        np.testing.assert_allclose(got[:, 0], expected, rtol=1e-9, atol=1e-9)
+    lib = silvanforge.load_library(written.library)
+    for n in (0, 1, 9, 120):
+        got = lib.predict(X[:n], output="contribs")
+        assert got.shape == (n, 7)
+        np.testing.assert_array_equal(got, predictor.predict(X[:n], output="contribs"))
+
+
+def test_contributions_refused_without_covers(xgb_model, tmp_path):
+    bare = silvanforge.load(xgb_model).replace(cover=None, source="onnx")
+    with pytest.raises(ContributionsError, match="covers"):
+        export(bare, tmp_path, name="bare", outputs=("contribs",))
+    with pytest.raises(ContributionsError, match="covers"):
+        silvanforge.compile(bare, outputs=("contribs",))
+    assert not (tmp_path / "bare.h").exists()

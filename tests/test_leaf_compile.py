@@ -103,7 +103,7 @@ def test_eager_outputs_build_the_leaf_kernel_at_compile_time(forest, monkeypatch
 
 
 def test_bad_outputs_and_ranges(forest):
-    for bad in ("leaf", ["contribs"], [3]):
+    for bad in ("leaf", ["shap"], [3]):
         with pytest.raises(InputError, match="outputs"):
             silvanforge.compile(forest, outputs=bad)
     with pytest.raises(InputError, match="outputs"):

@@ -115,7 +115,8 @@ def _compile(args: argparse.Namespace) -> None:
 
 def _export(args: argparse.Namespace) -> None:
     written = export(args.model, args.out, name=args.name, triple=args.triple,
-                     precision=args.precision, outputs=("leaf",) if args.leaf else (),
+                     precision=args.precision,
+                     outputs=[o for o in ("leaf", "contribs") if getattr(args, o)],
                      **_compile_kwargs(args))
     print(written)
 
@@ -297,6 +298,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--leaf", action="store_true",
                    help="also export NAME_predict_leaf: the leaf each row reaches in each "
                    "tree, as 'predict --output leaf' gives it")
+    p.add_argument("--contribs", action="store_true",
+                   help="also export NAME_predict_contribs: SHAP contributions, as "
+                   "'predict --output contribs' gives them (models with covers: XGBoost, "
+                   "LightGBM, scikit-learn)")
     _compile_options(p)
     p.set_defaults(run=_export)
 

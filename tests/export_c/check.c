@@ -1,12 +1,14 @@
 /* A C program calling an exported library through its header only (tests/test_export.py).
  *
  * Built with -DNAME=<name> -DHEADER='"<name>.h"' (and -DLEAF for a library with leaf
- * output, whose ids then follow in OUT.bin). Usage:
+ * output, whose ids then follow in OUT.bin; -DCONTRIBS for one with contributions,
+ * which follow the values, from float64 then float32 rows). Usage:
  *     check ROWS.bin N_ROWS OUT.bin [THREADS]
  * reads N_ROWS x N_FEATURES float64 rows, writes value, margin and value-from-float32
  * (each N_ROWS x N_OUTPUTS float64) to OUT.bin, checks the error paths, and with THREADS
- * runs that many pthreads at once, each predicting every row in batches of several sizes,
- * and checks their results equal the single-threaded ones bit for bit. Exit 0: all well.
+ * runs that many pthreads at once, each predicting every row in batches of several sizes
+ * (and its contributions), and checks their results equal the single-threaded ones bit
+ * for bit. Exit 0: all well.
  */
 #include <math.h>
 #include <pthread.h>
@@ -22,30 +24,45 @@
 #define FN(suffix) CAT(NAME, suffix)
 #define N_FEATURES CAT(NAME, _N_FEATURES)
 #define N_OUTPUTS CAT(NAME, _N_OUTPUTS)
+#define N_PHI (N_OUTPUTS * (N_FEATURES + 1)) /* contributions a row */
 
 static double *rows;
 static float *rows32;
 static double *value;
+static double *phi;
 static int64_t n_rows;
+
+typedef int (*predict_fn)(const double *, int64_t, double *);
+
+/* Every row through `fn` in calls of `batch` rows into `out` (`width` values a row),
+ * compared with `expected`: the failed calls and mismatches. */
+static long in_batches(long id, predict_fn fn, int64_t batch, int64_t width, double *out,
+                       const double *expected) {
+    long bad = 0;
+    if (batch < 1) batch = 1;
+    for (int64_t at = 0; at < n_rows; at += batch) {
+        int64_t n = at + batch > n_rows ? n_rows - at : batch;
+        if (fn(rows + at * N_FEATURES, n, out + at * width) != 0) {
+            fprintf(stderr, "thread %ld: %s\n", id, FN(_last_error)());
+            bad++;
+        }
+    }
+    return bad + (memcmp(out, expected, sizeof(double) * (size_t)(n_rows * width)) != 0);
+}
 
 static void *worker(void *arg) {
     long id = (long)arg;
     int64_t batches[] = {1, 3, 8, 9, 100, n_rows};
     double *out = malloc(sizeof(double) * (size_t)(n_rows * N_OUTPUTS + 1));
     long bad = 0;
-    for (int round = 0; round < 4; round++) {
-        int64_t batch = batches[(id + round) % 6];
-        if (batch < 1) batch = 1;
-        for (int64_t at = 0; at < n_rows; at += batch) {
-            int64_t n = at + batch > n_rows ? n_rows - at : batch;
-            if (FN(_predict)(rows + at * N_FEATURES, n, out + at * N_OUTPUTS) != 0) {
-                fprintf(stderr, "thread %ld: %s\n", id, FN(_last_error)());
-                bad++;
-            }
-        }
-        if (memcmp(out, value, sizeof(double) * (size_t)(n_rows * N_OUTPUTS)) != 0) bad++;
-    }
+    for (int round = 0; round < 4; round++)
+        bad += in_batches(id, FN(_predict), batches[(id + round) % 6], N_OUTPUTS, out, value);
     free(out);
+#ifdef CONTRIBS
+    double *mine = malloc(sizeof(double) * (size_t)(n_rows * N_PHI + 1));
+    bad += in_batches(id, FN(_predict_contribs), batches[id % 6], N_PHI, mine, phi);
+    free(mine);
+#endif
     return (void *)bad;
 }
 
@@ -88,6 +105,20 @@ int main(int argc, char **argv) {
     fwrite(value, sizeof(double), outs, out);
     fwrite(margin, sizeof(double), outs, out);
     fwrite(value32, sizeof(double), outs, out);
+#ifdef CONTRIBS
+    size_t phis = (size_t)(n_rows * N_PHI);
+    phi = malloc(sizeof(double) * phis + 8);
+    double *phi32 = malloc(sizeof(double) * phis + 8);
+    if (FN(_predict_contribs)(rows, n_rows, phi) != 0 ||
+        FN(_predict_contribs_f32)(rows32, n_rows, phi32) != 0) {
+        fprintf(stderr, "predict_contribs failed: %s\n", FN(_last_error)());
+        return 1;
+    }
+    if (FN(_predict_contribs)(rows, 1, NULL) != 1 || FN(_predict_contribs)(NULL, 0, NULL) != 0)
+        return 9;
+    fwrite(phi, sizeof(double), phis, out);
+    fwrite(phi32, sizeof(double), phis, out);
+#endif
 #ifdef LEAF /* then the leaf ids follow, n_rows x N_TREES int32 */
     size_t ids = (size_t)(n_rows * CAT(NAME, _N_TREES));
     int32_t *leaves = malloc(sizeof(int32_t) * ids + 4);

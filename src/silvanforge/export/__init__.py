@@ -6,8 +6,9 @@ header, linking, threads and CPU targets.
 >>> silvanforge.load_library("out/libmodel.so").predict(X)         # doctest: +SKIP
 """
 
-from .library import ENTRIES, Entry, Exported, Kernels, check_name, write_library
+from .library import (ENTRIES, Entry, Exported, Kernels, check_name, contribution_kernels,
+                      write_library)
 from .loader import Library, load_library
 
 __all__ = ["ENTRIES", "Entry", "Exported", "Kernels", "Library", "check_name",
-           "load_library", "write_library"]
+           "contribution_kernels", "load_library", "write_library"]

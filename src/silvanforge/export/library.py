@@ -20,8 +20,9 @@ Outputs: :data:`ENTRIES` lists the C functions a library exports, one per output
 input dtype. An output the predict kernel finishes (a :mod:`~silvanforge.lir.finish`
 mode) is one line there; an output with kernels of its own is a :class:`Kernels` set
 of its own in the module (the leaf output: the leaf plan's kernels, ``NAME.leaf_*``),
-with its entries here and its columns in :func:`metadata` (contributions, when they
-exist, the same way).
+with its entries here and its columns in :func:`metadata`; the contributions output
+is another (the TreeSHAP kernel of :mod:`silvanforge.representations.contribs` and its
+tables, ``NAME.contribs_*``).
 """
 
 from __future__ import annotations
@@ -49,10 +50,12 @@ from ..errors import BackendError, InputError, UnsupportedModelError
 from ..lir import finish as kernel_finish, ir, lower as lir_lower
 from ..mir import lower as mir_lower
 from ..model import leaf_ids
+from ..model.cover import require_contributions
 from ..model.forest import Forest
 from ..plan import Plan
 from ..plan.plan import MAX_JOBS, checked_jobs
 from ..representations import REGISTRY
+from ..representations import contribs
 from ..version import __version__
 
 # The metadata's layout; the loader refuses others (silvanforge.export.loader).
@@ -68,7 +71,8 @@ log = logging.getLogger(__name__)
 class Entry:
     """One C function ``int NAME_<suffix>(const <input> *rows, int64_t n_rows,
     <out> *out)`` computing ``output``: "value" and "margin" (float64, from the predict
-    kernels), "leaf" (int32 leaf ids, from the leaf kernels, when exported)."""
+    kernels), "leaf" (int32 leaf ids, from the leaf kernels) and "contribs" (float64
+    SHAP values, from the contributions kernel), these two when exported."""
 
     suffix: str
     output: str
@@ -87,14 +91,22 @@ ENTRIES = (
     Entry("predict_leaf", "leaf", np.dtype(np.float64),
           "the leaf each row reaches in each tree (model order), numbered as the library "
           "numbers it: n_rows x N_TREES ids"),
+    Entry("predict_contribs", "contribs", np.dtype(np.float64),
+          "SHAP contributions: n_rows x N_OUTPUTS x (N_FEATURES + 1) values (the "
+          "features', then the expected value)"),
+    Entry("predict_contribs_f32", "contribs", np.dtype(np.float32),
+          "the contributions, from float32 rows"),
 )
+# The outputs an exported library has only when asked for (each with kernels of its own).
+OPTIONAL_OUTPUTS = ("leaf", "contribs")
 
 
 @dataclass(frozen=True)
 class Kernels:
     """A plan with what its kernels read: its representation and model buffers
     (``runtime.base``), and its (MIR, LIR) kernels when already lowered (else lowered
-    here). A library holds one for the predict kernels and one for the leaf output's."""
+    here). A library holds one for the predict kernels, one for the leaf output's and
+    one for the contributions' (:func:`contribution_kernels`)."""
 
     plan: Plan
     representation: Any
@@ -110,6 +122,18 @@ class Kernels:
             fn = mir_lower(self.plan.forest, schedule)
             out.append((fn, lir_lower.lower(fn, self.plan.forest, self.representation)))
         return out
+
+
+def contribution_kernels(plan: Plan) -> Kernels:
+    """The contributions output's kernel for ``plan``'s forest, with its tables and
+    model buffers; ContributionsError for a forest without SHAP contributions (no covers,
+    linear leaves).
+
+    >>> write_library(predict, "out", contribs=contribution_kernels(plan))  # doctest: +SKIP
+    """
+    require_contributions(plan.forest)
+    tables, arrays, lir = contribs.build(plan.forest)
+    return Kernels(plan, tables, list(arrays.values()), [(None, lir)])
 
 
 @dataclass(frozen=True)
@@ -156,12 +180,14 @@ def name_of(path: str | os.PathLike) -> str:
 
 def write_library(predict: Kernels, directory: str | os.PathLike, name: str = "model",
                   target: Target | None = None, threads: int = 0,
-                  leaf: Kernels | None = None) -> Exported:
+                  leaf: Kernels | None = None, contribs: Kernels | None = None) -> Exported:
     """Write ``directory/libNAME.so`` and ``directory/NAME.h`` for the plan of
     ``predict`` (see the module docstring), built for ``target`` (default: the plan's
     CPU on this machine); with ``leaf`` (the plan's ``leaf_plan()``), the leaf output's
-    ``NAME_predict_leaf`` too. ``threads``: the threads a call uses until
-    ``NAME_set_num_threads`` (0: the OpenMP runtime's default).
+    ``NAME_predict_leaf`` too; with ``contribs`` (:func:`contribution_kernels`),
+    ``NAME_predict_contribs`` and ``NAME_predict_contribs_f32``. ``threads``: the
+    threads a call uses until ``NAME_set_num_threads`` (0: the OpenMP runtime's
+    default).
 
     >>> write_library(Kernels(plan, rep, arrays), "out", "higgs")  # doctest: +SKIP
     """
@@ -182,8 +208,9 @@ def write_library(predict: Kernels, directory: str | os.PathLike, name: str = "m
     header = directory / f"{name}.h"
     threads = checked_jobs(threads, "threads") if threads else 0
     swap = _big_endian(target.triple) == np.little_endian  # globals in its byte order
-    sets = [_Set.of(tag, k, name, swap)
-            for tag, k in (("", predict), ("leaf_", leaf)) if k is not None]
+    sets = [_Set.of(tag, k, name, swap) for tag, k in (
+        ("", predict), ("leaf_", leaf), ("contribs_", contribs)) if k is not None]
+    extra = [s.tag[:-1] for s in sets[1:]]
     text = _module_text(sets, name, target, threads)
     try:
         obj, _ = build.build(text, target.triple, target.cpu, target.features,
@@ -191,7 +218,7 @@ def write_library(predict: Kernels, directory: str | os.PathLike, name: str = "m
                              keep_ir=False)
     except build.BuildError as exc:
         raise BackendError(f"library {name}: invalid LLVM IR: {exc}") from None
-    header.write_text(header_text(forest, name, target, threads, leaf is not None))
+    header.write_text(header_text(forest, name, target, threads, extra))
     library = directory / f"lib{name}.so"
     foreign = _foreign(target.triple)
     cc = None if foreign else compiler()
@@ -272,8 +299,9 @@ def compiler() -> str | None:
 # ---- the header ------------------------------------------------------------------------
 
 def header_text(forest: Forest, name: str, target: Target, threads: int = 0,
-                leaf: bool = False) -> str:
-    """The C header of library ``name``: everything a C program needs to call it.
+                extra: Collection[str] = ()) -> str:
+    """The C header of library ``name``: everything a C program needs to call it
+    (``extra``: the :data:`OPTIONAL_OUTPUTS` it has).
 
     >>> print(header_text(forest, "higgs", Target.host()))     # doctest: +SKIP
     """
@@ -302,13 +330,13 @@ def header_text(forest: Forest, name: str, target: Target, threads: int = 0,
         "",
         f"#define {name}_N_FEATURES {forest.n_features}",
         f"#define {name}_N_OUTPUTS {forest.n_outputs}",
-        *([f"#define {name}_N_TREES {forest.n_trees}"] if leaf else []),
+        *([f"#define {name}_N_TREES {forest.n_trees}"] if "leaf" in extra else []),
         f"#define {name}_OK {OK}",
         f"#define {name}_INVALID_ARGUMENT {INVALID_ARGUMENT}",
         f"#define {name}_OUT_OF_MEMORY {OUT_OF_MEMORY}",
         "",
     ]
-    for e in _entries(leaf):
+    for e in _entries(extra):
         ctype = _INPUT_TYPES[e.input][0]
         lines += [f"/* {e.doc}. */", f"int {name}_{e.suffix}(const {ctype} *rows, "
                                      f"int64_t n_rows, {e.out_type} *out);"]
@@ -332,7 +360,7 @@ def header_text(forest: Forest, name: str, target: Target, threads: int = 0,
 
 
 def metadata(forest: Forest, name: str, target: Target,
-             leaf: bool = False) -> dict[str, Any]:
+             extra: Collection[str] = ()) -> dict[str, Any]:
     """The JSON object ``NAME_metadata()`` returns (silvanforge.load_library's input).
 
     >>> metadata(forest, "higgs", Target.host())["outputs"]     # doctest: +SKIP
@@ -341,14 +369,17 @@ def metadata(forest: Forest, name: str, target: Target,
     # Each output's float64-rows function, its columns and (leaf ids) type and shape
     # after the rows, as the Predictor shapes it.
     outputs: dict[str, dict[str, Any]] = {}
-    for e in _entries(leaf):
+    for e in _entries(extra):
         if e.input == np.dtype(np.float64):
             outputs.setdefault(e.output, {"function": f"{name}_{e.suffix}",
                                           "columns": forest.n_outputs})
-    if leaf:
+    if "leaf" in extra:
         one = leaf_ids.shaped(forest, np.zeros((1, forest.n_trees)))
         outputs["leaf"].update(columns=forest.n_trees, dtype="int32",
                                shape=list(one.shape[1:]))
+    if "contribs" in extra:
+        shape = [forest.n_outputs] * (forest.n_outputs > 1) + [forest.n_features + 1]
+        outputs["contribs"].update(columns=int(np.prod(shape)), shape=shape)
     labels = forest.class_labels
     return {"format": FORMAT_VERSION, "silvanforge": __version__, "name": name,
             "n_features": forest.n_features, "n_outputs": forest.n_outputs,
@@ -364,18 +395,20 @@ def metadata(forest: Forest, name: str, target: Target,
 
 # ---- the LLVM module -------------------------------------------------------------------
 
-def _entries(leaf: bool) -> list[Entry]:
-    """The C functions of a library (the leaf output's only with its kernels)."""
-    return [e for e in ENTRIES if leaf or e.output != "leaf"]
+def _entries(extra: Collection[str]) -> list[Entry]:
+    """The C functions of a library (an optional output's only with its kernels)."""
+    return [e for e in ENTRIES if e.output not in OPTIONAL_OUTPUTS or e.output in extra]
 
 
 @dataclass
 class _Set:
     """One plan's kernels in the module: renamed ``NAME.<tag>kernelI``, their MIR (for
-    the privatized buffers' sizes) and their model globals ``NAME.<tag>modelI``."""
+    the privatized buffers' sizes), representation (the contributions' tables: their
+    scratch sizes) and their model globals ``NAME.<tag>modelI``."""
 
     tag: str
     plan: Plan
+    representation: Any
     lowered: Sequence[tuple[Any, ir.Kernel]]
     kernels: list[ir.Kernel]
     model: list[tuple[str, bytes]]
@@ -390,7 +423,7 @@ class _Set:
         arrays = [a.astype(a.dtype.newbyteorder("S")) if swap else a for a in k.arrays]
         model = [(f'@"{name}.{tag}model{i}"', np.ascontiguousarray(a).tobytes())
                  for i, a in enumerate(arrays)]
-        return cls(tag, k.plan, lowered, renamed, model)
+        return cls(tag, k.plan, k.representation, lowered, renamed, model)
 
     def mir(self, kernel: ir.Kernel) -> Any:
         """The MIR function ``kernel`` was lowered from."""
@@ -452,9 +485,9 @@ class _Wrapper:
     def text(self, declared: Collection[str] = ()) -> str:
         """The module text after a module declaring or defining ``declared``."""
         n, lines = self.name, self.lines
-        leaf = "leaf_" in self.sets
+        extra = [tag[:-1] for tag in self.sets if tag]
         lines += [_global(ref, data) for s in self.sets.values() for ref, data in s.model]
-        meta = json.dumps(metadata(self.forest, n, self.target, leaf),
+        meta = json.dumps(metadata(self.forest, n, self.target, extra),
                           default=_json_value).encode() + b"\0"
         lines.append(_global(f"@{n}_metadata_json", meta, linkage=""))
         lines += [f'@"{n}.threads" = internal global i32 {self.threads}, align 4',
@@ -483,7 +516,7 @@ class _Wrapper:
             "  ret i32 %code", "}"]
         for s in self.sets.values():
             self.call_function(s)
-        for entry in _entries(leaf):
+        for entry in _entries(extra):
             self.entry(entry)
         return "\n".join(lines) + "\n"
 
@@ -509,13 +542,23 @@ class _Wrapper:
 
     def call_function(self, s: _Set) -> None:
         """``NAME.<tag>call(rows, n, out, finish)``: rows in the kernels' input dtype,
-        n > 0; what :meth:`Predictor.predict` does around its kernel call."""
+        n > 0; what :meth:`Predictor.predict` does around its kernel call (the
+        contributions': what ``Contributions.__call__`` does; ``finish`` unused)."""
         rows_t = _INPUT_TYPES[self.input][0]
         out = [f'define internal i32 @"{self.name}.{s.tag}call"({rows_t}* %rows, i64 %n, '
                "double* %out, i64 %finish) noinline {",
-               f"  %bytes = mul i64 %n, {8 * s.plan.forest.n_outputs}",
+               f"  %bytes = mul i64 %n, {8 * self.columns(s)}",
                "  %out8 = bitcast double* %out to i8*",
                "  call i8* @memset(i8* %out8, i32 0, i64 %bytes)"]
+        if s.tag == "contribs_":  # per-thread scratch: products and one-fractions
+            t = s.representation
+            out += self.thread_count(True, contribs.ROWS_PER_THREAD)
+            out += self.kernel_call(s, s.kernels[0], 0, "main", [
+                ("%threads", t.max_nodes * t.lanes, "double", 8),
+                ("%threads", t.max_nodes, "i32", 4)], finish=False)
+            out.append("}")
+            self.lines += out
+            return
         main, small = s.kernels[0], s.kernels[1] if len(s.kernels) > 1 else None
         if small is not None:
             out += [f"  %small = icmp sle i64 %n, {s.plan.small_batch}",
@@ -523,14 +566,15 @@ class _Wrapper:
                     "small_kernel:"]
             out += self.kernel_call(s, small, 1, "small")
             out.append("main_kernel:")
-        out += self.thread_count(s.plan)
+        out += self.thread_count(s.plan.sized_threads, s.plan.rows_per_thread)
         out += self.kernel_call(s, main, 0, "main")
         out.append("}")
         self.lines += out
 
-    def thread_count(self, plan: Plan) -> list[str]:
-        """``%threads``: the threads set, else OpenMP's default; sized to the rows
-        (at most one a ``rows_per_thread`` rows) for a schedule of SilvanForge's."""
+    def thread_count(self, sized: bool, rows_per_thread: int) -> list[str]:
+        """``%threads``: the threads set, else OpenMP's default; when ``sized`` (a
+        schedule of SilvanForge's, the contributions), at most one a ``rows_per_thread``
+        rows."""
         if not self.parallel:
             return ["  %threads = add i64 1, 0"]
         out = [f'  %set = load atomic i32, i32* @"{self.name}.threads" monotonic, align 4',
@@ -538,27 +582,34 @@ class _Wrapper:
                "  %default = call i32 @omp_get_max_threads()",
                "  %chosen = select i1 %unset, i32 %default, i32 %set",
                "  %wanted = sext i32 %chosen to i64"]
-        if not plan.sized_threads:
+        if not sized:
             return out + ["  %threads = add i64 %wanted, 0"]
-        return out + [f"  %per = sdiv i64 %n, {plan.rows_per_thread}",
+        return out + [f"  %per = sdiv i64 %n, {rows_per_thread}",
                       "  %none = icmp slt i64 %per, 1",
                       "  %cap = select i1 %none, i64 1, i64 %per",
                       "  %over = icmp sgt i64 %wanted, %cap",
                       "  %threads = select i1 %over, i64 %cap, i64 %wanted"]
 
-    def kernel_call(self, s: _Set, kernel: ir.Kernel, threads: int, tag: str) -> list[str]:
-        """Allocate the kernel's privatized buffers, call it, free them, return."""
+    def kernel_call(self, s: _Set, kernel: ir.Kernel, threads: int, tag: str,
+                    scratch: Sequence[tuple[str | None, int, str, int]] | None = None,
+                    finish: bool = True) -> list[str]:
+        """Allocate the kernel's scratch buffers (``scratch``: each one's count as
+        (a multiplier or None, a constant, element type, element size); by default the
+        predict kernels' privatized buffers), call it, free them, return."""
         out: list[str] = []
-        scratch = self.scratch(s, kernel)
+        if scratch is None:
+            scratch = [("%n" if per_row else None, const, "double", 8)
+                       for per_row, const in self.scratch(s, kernel)]
         args = [f"{_INPUT_TYPES[self.input][0]}* %rows", "i64 %n", "double* %out"]
-        for i, (per_row, const) in enumerate(scratch):
+        for i, (per, const, elem_t, size) in enumerate(scratch):
             count = f"%{tag}.count{i}"
-            out.append(f"  {count} = mul i64 %n, {const}" if per_row
+            out.append(f"  {count} = mul i64 {per}, {const}" if per
                        else f"  {count} = add i64 0, {const}")
-            out += [f"  %{tag}.raw{i} = call i8* @calloc(i64 {count}, i64 8)",
-                    f"  %{tag}.buf{i} = bitcast i8* %{tag}.raw{i} to double*"]
-            args.append(f"double* %{tag}.buf{i}")
-        args += [f"i64 {'%threads' if threads == 0 else threads}", "i64 %finish"]
+            out += [f"  %{tag}.raw{i} = call i8* @calloc(i64 {count}, i64 {size})",
+                    f"  %{tag}.buf{i} = bitcast i8* %{tag}.raw{i} to {elem_t}*"]
+            args.append(f"{elem_t}* %{tag}.buf{i}")
+        args += [f"i64 {'%threads' if threads == 0 else threads}"]
+        args += ["i64 %finish"] if finish else []
         types = self.param_types(kernel)[len(args):]
         args += [f"{t} bitcast ([{len(data)} x i8]* {ref} to {t})"
                  for t, (ref, data) in zip(types, s.model)]
@@ -572,7 +623,7 @@ class _Wrapper:
             out += checks + [f"  br i1 {any_null}, label %{tag}.nomem, label %{tag}.run",
                              f"{tag}.nomem:"]
             out += [f"  call void @free(i8* %{tag}.raw{i})" for i in range(len(scratch))]
-            self.fail(out, "out of memory (privatized buffers)", OUT_OF_MEMORY)
+            self.fail(out, "out of memory (scratch buffers)", OUT_OF_MEMORY)
             out.append(f"{tag}.run:")
         out.append(f'  call void @"{kernel.name}"({", ".join(args)})')
         out += [f"  call void @free(i8* %{tag}.raw{i})" for i in range(len(scratch))]
@@ -582,7 +633,7 @@ class _Wrapper:
     def scratch(self, s: _Set, kernel: ir.Kernel) -> list[tuple[bool, int]]:
         """Each privatized buffer's size: (whether per row, doubles in all or a row)."""
         fn, K = s.mir(kernel), s.plan.forest.n_outputs
-        sizes = []
+        sizes: list[tuple[bool, int]] = []
         for one, two in zip(lir_lower.scratch_shapes(fn, 1, K),
                             lir_lower.scratch_shapes(fn, 2, K)):
             a, b = int(np.prod(one)), int(np.prod(two))
@@ -592,18 +643,23 @@ class _Wrapper:
             sizes.append((b != a, a))
         return sizes
 
+    def columns(self, s: _Set) -> int:
+        """The float64 numbers a row of ``s``'s kernels writes."""
+        f = s.plan.forest
+        return f.n_outputs * (f.n_features + 1) if s.tag == "contribs_" else f.n_outputs
+
     def entry(self, e: Entry) -> None:
         """``NAME_<suffix>``: check the arguments, convert the rows when their dtype is
         not the kernels', call ``NAME.call`` (leaf ids: ``NAME.leaf_call`` into a
-        float64 buffer, converted to int32)."""
+        float64 buffer, converted to int32; contributions: ``NAME.contribs_call``)."""
         n, F = self.name, self.forest.n_features
         leaf = e.output == "leaf"
-        s = self.sets["leaf_" if leaf else ""]
-        columns = s.plan.forest.n_outputs
+        s = self.sets[e.output + "_" if e.output in OPTIONAL_OUTPUTS else ""]
+        columns = self.columns(s)
         given_t, given_size = _INPUT_TYPES[e.input]
         rows_t, rows_size = _INPUT_TYPES[self.input]
         out_t = "i32" if leaf else "double"
-        finish = kernel_finish.MARGIN if leaf else kernel_finish.modes(self.forest)[e.output]
+        finish = kernel_finish.modes(self.forest).get(e.output, kernel_finish.MARGIN)
         # The most rows whose bytes (rows, out) an i64 counts.
         limit = (1 << 62) // max(1, F * 8, columns * 8)
         out = [f"define i32 @{n}_{e.suffix}({given_t}* %rows, i64 %n, {out_t}* %out) {{",

@@ -84,8 +84,8 @@ class Library:
         self._set_threads.argtypes = [ctypes.c_int]
 
     def predict(self, X: Any, output: str = "value") -> np.ndarray:
-        """The library's ``output`` ("value", "margin", or "leaf" when exported with
-        it) for the rows of ``X``, shaped as :meth:`Predictor.predict
+        """The library's ``output`` ("value", "margin", or "leaf" and "contribs" when
+        exported with them) for the rows of ``X``, shaped as :meth:`Predictor.predict
         <silvanforge.Predictor.predict>` shapes it.
 
         >>> lib = silvanforge.load_library("out/libhiggs.so")    # doctest: +SKIP

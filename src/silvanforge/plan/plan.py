@@ -56,8 +56,9 @@ _SAVED_TYPES: dict[str, Any] = {
     "rows_per_thread": int, "tile_size": int, "tiling": str, "outputs": list}
 
 # Outputs beyond value and margin whose kernels a plan may ask to build at once (they
-# are built on first use otherwise): "leaf" (runtime/predictor.py, docs/OUTPUTS.md).
-EAGER_OUTPUTS = ("leaf",)
+# are built on first use otherwise), and an exported library to have: "leaf"
+# (runtime/predictor.py, docs/OUTPUTS.md) and "contribs" (docs/CONTRIBS.md).
+EAGER_OUTPUTS = ("leaf", "contribs")
 
 
 def checked_outputs(outputs: Any, error: type[SilvanForgeError] = InputError

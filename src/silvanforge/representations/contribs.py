@@ -26,7 +26,7 @@ import numpy as np
 from ..lir import ir
 from ..lir.representation import RowValues
 from ..model.forest import Forest
-from .contribs_tables import ContribTables
+from .contribs_tables import ContribTables, build_tables
 from .decision import DecisionSpec, NodeLoads, go_left, node_arrays
 
 KERNEL_NAME = "contribs"
@@ -35,6 +35,10 @@ _DTYPES = {np.dtype(np.int8): ir.I8, np.dtype(np.int32): ir.I32, np.dtype(np.int
 I64 = ir.I64
 # Rows that run through one unit before the next (see `unit` in the kernel).
 ROW_TILE = 64
+# Rows a thread takes at least: fewer cost more to wake than they save (a row through
+# higgs's 100 trees takes about 0.2 ms here). The predictor and exported libraries size
+# ``threads`` with it.
+ROWS_PER_THREAD = 8
 
 
 def _op(name: str, a: ir.Expr, b: ir.Expr | int) -> ir.Expr:
@@ -43,6 +47,17 @@ def _op(name: str, a: ir.Expr, b: ir.Expr | int) -> ir.Expr:
 
 def _i64(e: ir.Expr) -> ir.Expr:
     return e if e.dtype == I64 else ir.Cast(e, I64)
+
+
+def build(forest: Forest) -> tuple[ContribTables, dict[str, np.ndarray], ir.Kernel]:
+    """The tables, model buffers and LIR kernel of ``forest``'s contributions (a
+    forest :func:`~silvanforge.model.cover.require_contributions` accepts).
+
+    >>> tables, arrays, kernel = build(forest)                   # doctest: +SKIP
+    """
+    tables = build_tables(forest)
+    arrays = model_arrays(forest, tables)
+    return tables, arrays, contributions_kernel(forest, tables, arrays)
 
 
 def model_arrays(forest: Forest, tables: ContribTables) -> dict[str, np.ndarray]:

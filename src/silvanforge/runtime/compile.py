@@ -13,7 +13,7 @@ from typing import Any
 
 from ..backends import target_info
 from ..backends.cpu import Target
-from ..export import Exported, Kernels, write_library
+from ..export import Exported, Kernels, contribution_kernels, write_library
 from ..export.library import name_of
 from ..errors import InputError
 from ..frontends import load
@@ -107,7 +107,8 @@ def export(model: Any, directory: str | os.PathLike, name: str | None = None,
     machine (then ``NAME.o`` and the header are written, with the command that links
     them; ``cpu`` defaults to "generic"). ``name`` defaults to the model file's name.
     ``iteration_range`` exports those rounds only, as :func:`compile` compiles them;
-    ``outputs=("leaf",)`` adds ``NAME_predict_leaf``.
+    ``outputs=("leaf",)`` adds ``NAME_predict_leaf``, ``outputs=("contribs",)``
+    ``NAME_predict_contribs`` (ContributionsError for a model without them).
 
     >>> silvanforge.runtime.export("higgs.json", "out")                     # doctest: +SKIP
     >>> silvanforge.runtime.export("m.json", "arm", triple="aarch64-linux-gnu",
@@ -124,8 +125,9 @@ def export(model: Any, directory: str | os.PathLike, name: str | None = None,
         forest = forest.slice(*_pair(iteration_range))
     plan = make_plan(forest, "cpu", triple=triple, **options)
     leaf = _kernels(plan.leaf_plan()) if "leaf" in plan.outputs else None
+    contribs = contribution_kernels(plan) if "contribs" in plan.outputs else None
     return write_library(_kernels(plan), directory, name, cpu_target(plan.cpu, triple),
-                         threads=options.get("n_jobs") or 0, leaf=leaf)
+                         threads=options.get("n_jobs") or 0, leaf=leaf, contribs=contribs)
 
 
 def _kernels(plan: Any) -> Kernels:

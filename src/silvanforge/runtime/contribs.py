@@ -24,14 +24,10 @@ from ..errors import BackendError
 from ..model.cover import require_contributions
 from ..model.forest import Forest
 from ..model.inputs import as_rows
-from ..representations.contribs import contributions_kernel, model_arrays
-from ..representations.contribs_tables import build_tables
+from ..representations.contribs import ROWS_PER_THREAD, build
 from . import fork
 
 log = logging.getLogger("silvanforge")
-# Rows a thread takes at least: fewer cost more to wake than they save (a row through
-# higgs's 100 trees takes about 0.2 ms here).
-ROWS_PER_THREAD = 8
 
 
 class Contributions:
@@ -45,9 +41,8 @@ class Contributions:
                  object_code: tuple[bytes, ...] | None = None) -> None:
         require_contributions(forest)
         self.forest = forest
-        self.tables = build_tables(forest)
-        self._arrays = model_arrays(forest, self.tables)
-        lir = contributions_kernel(forest, self.tables, self._arrays)
+        self.tables, self.arrays, lir = build(forest)
+        self.lir = lir
         code = None
         if object_code:
             try:
@@ -60,7 +55,7 @@ class Contributions:
             code = compile_kernel(lir, opt=3, target=target)
             log.info("contributions kernel built (%.2f s)", time.perf_counter() - start)
         self.code = code
-        self._call = code.entry([a.ctypes.data for a in self._arrays.values()],
+        self._call = code.entry([a.ctypes.data for a in self.arrays.values()],
                                 RowsLayout(forest.n_features, forest.input_dtype))
 
     def __call__(self, X: Any, threads: int) -> np.ndarray:

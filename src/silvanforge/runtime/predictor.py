@@ -134,11 +134,14 @@ class Predictor(ForestShape):
 
     def __init__(self, plan: Plan, object_code: tuple[tuple[bytes, ...], ...] = (),
                  built_for: Target | None = None,
-                 leaf_code: tuple[tuple[bytes, ...], ...] = ()) -> None:
+                 leaf_code: tuple[tuple[bytes, ...], ...] = (),
+                 contribs_code: tuple[bytes, ...] = ()) -> None:
         """Build ``plan``'s kernels, or load them from ``object_code`` (one tuple of
         object files a kernel) built for ``built_for``; likewise the leaf output's from
-        ``leaf_code`` when given (or when the plan's ``outputs`` ask for it). Code this
-        CPU cannot run is rebuilt for it, with a warning."""
+        ``leaf_code`` when given (or when the plan's ``outputs`` ask for it), and the
+        contributions' from ``contribs_code`` (when the plan's ``outputs`` ask for it,
+        else on first use). Code this CPU cannot run is rebuilt for it, with a
+        warning."""
         forest = self.forest = plan.forest
         mismatch = built_for.mismatch(Target.host()) if object_code else None
         if mismatch:
@@ -178,7 +181,9 @@ class Predictor(ForestShape):
         # SHAP contributions: compiled on the first call that asks (runtime/contribs.py),
         # from this saved object code when from_bytes found some.
         self._contribs: Contributions | None = None
-        self._contribs_code: tuple[bytes, ...] = ()
+        self._contribs_code: tuple[bytes, ...] = contribs_code
+        if "contribs" in plan.outputs:
+            self._contributions_kernel()
 
     @property
     def schedule(self) -> Schedule:
@@ -250,10 +255,14 @@ class Predictor(ForestShape):
         """``predict(X, output="contribs")``: exact TreeSHAP values (the shape and
         meaning of :func:`silvanforge.reference.contributions`)."""
         threads = self._jobs if n_jobs is None else checked_jobs(n_jobs)
+        return self._contributions_kernel()(X, threads)
+
+    def _contributions_kernel(self) -> Contributions:
+        """The contributions kernel, built (or reloaded) on first use."""
         if self._contribs is None:
             self._contribs = Contributions(self.forest, self.kernel.target,
                                            self._contribs_code)
-        return self._contribs(X, threads)
+        return self._contribs
 
     def _run_again(self, X: Any, rows: np.ndarray, result: np.ndarray, kernel: _Kernel,
                    threads: int, finish: int) -> None:
@@ -276,8 +285,9 @@ class Predictor(ForestShape):
         """Write this predictor as ``directory/libNAME.so`` and ``directory/NAME.h``: the
         same kernels and model, for the same CPU, callable from C without Python
         (docs/DEPLOY.md); without a C compiler here, ``NAME.o`` and the command that
-        links it. The leaf output's function comes too when the plan's ``outputs`` name
-        "leaf". ``silvanforge.load_library`` loads the library in Python.
+        links it. The leaf output's and the contributions' functions come too when the
+        plan's ``outputs`` name "leaf" and "contribs". ``silvanforge.load_library`` loads
+        the library in Python.
 
         >>> predictor.export("out", name="higgs")                # doctest: +SKIP
         >>> silvanforge.load_library("out/libhiggs.so").predict(X)  # doctest: +SKIP
@@ -287,8 +297,13 @@ class Predictor(ForestShape):
             if self._leaf is None:
                 self._leaf = Predictor(self.plan.leaf_plan())
             leaf = self._leaf._kernels()
+        contribs = None
+        if "contribs" in self.plan.outputs:
+            c = self._contributions_kernel()
+            contribs = Kernels(self.plan, c.tables, list(c.arrays.values()),
+                               [(None, c.lir)])
         return write_library(self._kernels(), directory, name, self.kernel.target,
-                             leaf=leaf)
+                             leaf=leaf, contribs=contribs)
 
     def _kernels(self) -> Kernels:
         """This predictor's kernels as an exported library holds them."""
@@ -392,11 +407,10 @@ class Predictor(ForestShape):
         except (OSError, ValueError, KeyError, TypeError, EOFError,
                 zipfile.BadZipFile) as exc:
             raise ModelFormatError(f"not a saved SilvanForge predictor ({exc})") from None
-        predictor = cls(plan, codes if trust_code else (), target,
-                        leaf_codes if trust_code else ())
-        if trust_code and codes:
-            predictor._contribs_code = _object_files(archive, 0, "contribs_")
-        return predictor
+        contribs_code = _object_files(archive, 0, "contribs_") if trust_code and codes \
+            else ()
+        return cls(plan, codes if trust_code else (), target,
+                   leaf_codes if trust_code else (), contribs_code)
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the predictor (model, plan and machine code) to ``path``.
