@@ -13,7 +13,7 @@ from typing import Any
 from ..backends import target_info
 from ..frontends import load
 from ..plan import make_plan
-from . import gc_pause
+from . import gc_pause, guard
 from .gpu import GPUPredictor
 from .predictor import Predictor
 
@@ -46,6 +46,8 @@ def compile(model: Any, target: str = "cpu", schedule: Any = None,
     use). ``cpu``: the LLVM CPU to build for, "native" (the
     default: this machine) or a name such as "x86-64-v3" or "znver4"; a predictor
     built for a CPU loads without recompiling on any machine with its features.
+    With ``SILVANFORGE_COMPILE=forbid`` in the environment it raises
+    :class:`~silvanforge.errors.CompileForbiddenError` (:mod:`.guard`).
     ``schedule`` may also be a tuned ``silvanforge.tune.Configuration`` (keywords given
     here win over its own) or "auto": the tuning cache's configuration for this model,
     thread count and CPU when there is one, else the default.
@@ -63,6 +65,7 @@ def compile(model: Any, target: str = "cpu", schedule: Any = None,
     >>> silvanforge.compile("model.json", cpu="x86-64-v3").save("model.sfp")  # doctest: +SKIP
     >>> silvanforge.compile("model.json", tile_size=4, profile=X_sample)  # doctest: +SKIP
     """
+    guard.check(f"compile({type(model).__name__})")
     device = target_info(target).device
     start = time.perf_counter()
     forest = load(model)

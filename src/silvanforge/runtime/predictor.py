@@ -46,13 +46,14 @@ from ..mir import lower as mir_lower, print_mir
 from ..model import serialize
 from ..model.forest import Forest
 from ..model.inputs import as_rows
+from ..model.sparse import blockwise
 from ..plan import Plan
 from ..plan.plan import checked_jobs
 from ..plan.planner import SMALL_BATCH, cpu_target, rows_per_thread
 from ..reference import check_output
 from ..representations import REGISTRY
 from ..schedule import Schedule
-from . import fork, gc_pause
+from . import fork, gc_pause, guard
 from .base import ForestShape, build_representation, model_arrays, transformed
 
 # 2: kernels finish their rows (a ``finish`` argument). 3: a kernel's code may be several
@@ -102,6 +103,8 @@ def _compiled(kernels: list[_Kernel], plan: Plan) -> None:
     """Compile the kernels that were not reloaded, together (the small-batch kernel by
     a worker while this process builds the main one), and bind every kernel."""
     todo = [k for k in kernels if k.code is None]
+    if todo:
+        guard.check(f"{len(todo)} kernel(s) of a {plan.representation} plan")
     codes = compile_kernels([k.lir for k in todo], opt=REGISTRY[plan.representation].llvm_opt,
                             target=cpu_target(plan.cpu)) if todo else []
     for kernel in kernels:
@@ -196,7 +199,13 @@ class Predictor(ForestShape):
         threads = self._jobs if n_jobs is None else checked_jobs(n_jobs)
         # A 2-D ndarray goes to the kernel as it is, whose entry checks the rest of its
         # layout; one that does not fit, and anything else, is converted first.
-        rows = X if type(X) is np.ndarray and X.ndim == 2 else as_rows(X, self.forest)
+        if type(X) is np.ndarray and X.ndim == 2:
+            rows = X
+        else:
+            by_block = blockwise(X, self.forest, lambda part: self.predict(part, output, n_jobs))
+            if by_block is not None:  # a large sparse matrix, never densified whole
+                return by_block
+            rows = as_rows(X, self.forest)
         n = len(rows)
         # Results the library returns as a vector are allocated as one (no reshaping);
         # scores that numpy transforms are rows of outputs.
