@@ -8,7 +8,7 @@
 import logging
 
 from . import reference
-from .errors import (InputError, MissingDependencyError, ModelFormatError,
+from .errors import (CompileForbiddenError, InputError, MissingDependencyError, ModelFormatError,
                      SilvanForgeError, UnsupportedModelError)
 from .frontends import load
 from .model import Forest
@@ -23,4 +23,4 @@ logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 __all__ = ["load", "compile", "tune", "Configuration", "load_predictor", "Predictor",
            "profile", "Profile", "Forest", "reference", "SilvanForgeError", "ModelFormatError",
-           "UnsupportedModelError", "InputError", "MissingDependencyError", "__version__"]
+           "UnsupportedModelError", "InputError", "CompileForbiddenError", "MissingDependencyError", "__version__"]

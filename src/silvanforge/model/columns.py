@@ -94,8 +94,8 @@ def _arrow_segment(chunk: Any, name: str) -> Segment:
 
     kind = chunk.type
     if pa.types.is_dictionary(kind):
-        codes = pc.fill_null(chunk.indices, -1).to_numpy(zero_copy_only=False)
-        return Categorical(chunk.dictionary.to_pylist(), codes.astype(np.int64, copy=False))
+        codes = pc.fill_null(chunk.indices.cast(pa.int64()), -1)  # a null is code -1
+        return Categorical(chunk.dictionary.to_pylist(), codes.to_numpy(zero_copy_only=False))
     if (pa.types.is_integer(kind) or pa.types.is_floating(kind)) and chunk.null_count == 0:
         return chunk.to_numpy(zero_copy_only=True)  # the Arrow buffer itself
     if pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind) \
