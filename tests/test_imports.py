@@ -33,6 +33,8 @@ LAYERS = [
     ("runtime",),
     ("bench",),
     ("tune",),
+    ("shipping",),  # a predictor on an engine's workers
+    ("dask", "spark", "ray"),  # the engines' helpers
     ("tabular", "demo"),  # the CLI's files (rows in, predictions out); its demo
     ("cli",),
     ("__init__",),
