@@ -21,6 +21,20 @@ from .version import __version__
 # the application configures logging; `silvanforge -v` does (cli.py).
 logging.getLogger(__name__).addHandler(logging.NullHandler())
 
+# The engines' helpers import on first use (``silvanforge.dask.predict``), so that the
+# base install never imports Dask, Spark or Ray.
+_ENGINES = ("dask", "spark", "ray")
+
+
+def __getattr__(name: str):
+    if name in _ENGINES:
+        import importlib
+
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = ["load", "compile", "tune", "Configuration", "load_predictor", "Predictor",
            "profile", "Profile", "Forest", "reference", "SilvanForgeError", "ModelFormatError",
-           "UnsupportedModelError", "InputError", "CompileForbiddenError", "MissingDependencyError", "__version__"]
+           "UnsupportedModelError", "InputError", "CompileForbiddenError", "MissingDependencyError",
+           "__version__"]

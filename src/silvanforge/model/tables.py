@@ -3,7 +3,7 @@
 A frame whose columns are the model's features in another order is reordered; a
 missing or unknown column is an :class:`~silvanforge.errors.InputError` naming it. A
 model that knows only generic names (``f0``, ``f1``, ... from XGBoost, ``Column_0``, ...
-from LightGBM, or none), and a frame without names (pandas' default 0, 1, ...), are read
+from LightGBM, ``0``, ``1``, ... from an unnamed pandas frame, or none), and a frame without names (pandas' default 0, 1, ...), are read
 by position. Categorical columns become the model's category codes (:mod:`.categories`).
 
 >>> from types import SimpleNamespace as NS
@@ -25,16 +25,17 @@ from ..errors import InputError
 from . import columns
 from .categories import category_values, training_codes
 
-# Names a library makes up for unnamed columns: XGBoost's f0, LightGBM's Column_0.
-_GENERIC = re.compile(r"(?:f|Column_)(\d+)")
+# Names a library makes up for unnamed columns: XGBoost's f0, LightGBM's Column_0, and
+# the 0, 1, ... of a pandas frame without column names.
+_GENERIC = re.compile(r"(?:f|Column_|)(\d+)")
 _SHOWN = 8  # names listed in an error message
 
 
 def generic(names: Sequence[Any] | None) -> bool:
     """Whether ``names`` (a model's feature names) say nothing beyond position.
 
-    >>> generic(("f0", "f1")), generic(("Column_0",)), generic(("age", "f1"))
-    (True, True, False)
+    >>> generic(("f0", "f1")), generic(("Column_0",)), generic(("0", "1")), generic(("f1",))
+    (True, True, True, False)
     """
     matches = [_GENERIC.fullmatch(str(n)) for n in names or ()]
     return all(m is not None and int(m.group(1)) == i for i, m in enumerate(matches))
