@@ -4,7 +4,7 @@ The predictor's bytes are one task of the graph, named by their content, so each
 worker fetches them once and every partition on it shares them; each worker process
 loads the predictor once (:mod:`silvanforge.shipping`) and never compiles it.
 
->>> import dask.dataframe as dd, silvanforge, silvanforge.dask
+>>> import dask.dataframe as dd, silvanforge, silvanforge.dask   # doctest: +SKIP
 >>> predictor = silvanforge.compile("model.json")                    # doctest: +SKIP
 >>> frame = dd.read_parquet("rows/")                                 # doctest: +SKIP
 >>> silvanforge.dask.predict(predictor, frame).compute()             # doctest: +SKIP

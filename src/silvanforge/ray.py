@@ -5,7 +5,7 @@ read them from its shared memory); each worker process loads the predictor once
 (:mod:`silvanforge.shipping`) and never compiles it. Batches are Arrow tables, read
 without pandas.
 
->>> import ray, silvanforge, silvanforge.ray
+>>> import ray, silvanforge, silvanforge.ray                # doctest: +SKIP
 >>> predictor = silvanforge.compile("model.json")                    # doctest: +SKIP
 >>> scored = silvanforge.ray.predict(predictor, ray.data.read_parquet("rows/"))  # doctest: +SKIP
 >>> scored.take(3)                                                   # doctest: +SKIP
