@@ -122,7 +122,9 @@ def spark():
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         _unavailable("Spark needs a Java runtime (apt-get install default-jre-headless)")
     builder = sql.SparkSession.builder.master("local[2]").appName("silvanforge-tests")
+    # 6 partitions from createDataFrame (no shuffle) for 2 cores: a process gets several.
     for key, value in {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2",
+                       "spark.default.parallelism": "6",
                        "spark.sql.execution.arrow.pyspark.enabled": "true",
                        **{f"spark.executorEnv.{k}": v for k, v in _worker_env().items()},
                        }.items():
@@ -137,21 +139,22 @@ def test_spark_adds_a_prediction_column(case, spark):
     import silvanforge.spark
 
     regressor, classifier, X = case["regressor"], case["classifier"], case["X"]
-    df = spark.createDataFrame(case["rows"]).repartition(6)
-    scored = silvanforge.spark.predict(regressor, df)
-    assert scored.columns == ["id", "d", "c", "b", "a", "prediction"]
+    df = spark.createDataFrame(case["rows"])
+    assert df.rdd.getNumPartitions() == 6
+    scored = silvanforge.spark.predict(classifier, silvanforge.spark.predict(regressor, df),
+                                       column="p")
+    assert scored.columns == ["id", "d", "c", "b", "a", "prediction", "p"]
+    result = scored.toPandas().sort_values("id")
+    assert_parity(result.prediction.to_numpy(), regressor.predict(X), "spark")
+    assert_parity(np.stack(result.p.to_numpy()), classifier.predict(X), "spark 3 outputs")
     # Reported by Python workers after predicting: 6 partitions, and no process loaded
-    # the predictor more than once (a process that reports but did not predict says 0).
+    # a predictor more than once (2 predictors; a process that reports but did not
+    # predict says 0).
     report = scored.mapInPandas(
         lambda batches: (pd.DataFrame({"pid": [os.getpid()], "loads": [shipping.load_count()],
                                        "env": [os.environ.get("SILVANFORGE_COMPILE")]})
                          for _ in batches), "pid long, loads long, env string").toPandas()
-    assert report.loads.max() <= 1 and set(report.env) == {"forbid"}
-    result = scored.toPandas().sort_values("id")
-    assert_parity(result.prediction.to_numpy(), regressor.predict(X), "spark")
-    probabilities = silvanforge.spark.predict(classifier, df, column="p").toPandas()
-    probabilities = probabilities.sort_values("id")
-    assert_parity(np.stack(probabilities.p.to_numpy()), classifier.predict(X), "spark 3 outputs")
+    assert report.loads.max() <= 2 and set(report.env) == {"forbid"}
     with pytest.raises(InputError, match="already has a column 'id'"):
         silvanforge.spark.predict(regressor, df, column="id")
 
