@@ -191,3 +191,41 @@ def test_ray_map_batches(case, ray_data):
     probabilities = silvanforge.ray.predict(classifier, dataset).to_pandas().sort_values("id")
     assert_parity(np.stack(probabilities.prediction.to_numpy()), classifier.predict(X),
                   "ray 3 outputs")
+
+
+def test_without_the_optional_packages(tmp_path):
+    """The base install imports every module, reads dicts of arrays, and the engines'
+    helpers name the extra to install."""
+    import subprocess
+    import sys
+
+    code = """
+import sys
+BLOCK = {"pandas", "polars", "pyarrow", "scipy", "dask", "distributed", "pyspark", "ray"}
+
+
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in BLOCK:
+            raise ModuleNotFoundError("blocked", name=name)
+
+
+sys.meta_path.insert(0, Block())
+import numpy as np, silvanforge, silvanforge.shipping
+from silvanforge import reference
+forest = silvanforge.load(sys.argv[1])
+reference.predict(forest, {f"f{i}": np.zeros(2) for i in range(forest.n_features)})
+for engine in ("dask", "spark", "ray"):
+    try:
+        getattr(silvanforge, engine).predict(None, None)
+    except silvanforge.MissingDependencyError as exc:
+        assert f"silvanforge[{engine}]" in str(exc), exc
+    else:
+        raise AssertionError(engine)
+"""
+    model = os.path.join(os.path.dirname(silvanforge.__file__), "examples",
+                         "xgboost_classifier.json")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run([sys.executable, "-c", code, model], capture_output=True, text=True,
+                          env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]

@@ -210,7 +210,8 @@ def sparse_case():
         "sklearn": ensemble.RandomForestRegressor(4, max_depth=5, random_state=0).fit(
             np.nan_to_num(X), y),
     }
-    return models, dense
+    predictors = {name: silvanforge.compile(model, n_jobs=1) for name, model in models.items()}
+    return models, dense, predictors
 
 
 @pytest.mark.parametrize("library, absent", [
@@ -218,7 +219,7 @@ def sparse_case():
 @pytest.mark.parametrize("fmt", ["csr", "csc", "coo"])
 def test_sparse_absent_entries_follow_the_library(sparse_case, library, absent, fmt,
                                                   monkeypatch):
-    models, dense = sparse_case
+    models, dense, predictors = sparse_case
     model = models[library]
     if library == "sklearn":  # its forests refuse NaN
         dense = np.nan_to_num(dense)
@@ -227,7 +228,7 @@ def test_sparse_absent_entries_follow_the_library(sparse_case, library, absent, 
     forest = silvanforge.load(model)
     assert forest.sparse_absent == absent
     assert_parity(reference.predict(forest, X), expected, f"{library} {fmt}")
-    predictor = silvanforge.compile(forest, n_jobs=1)
+    predictor = predictors[library]
     assert_parity(predictor.predict(X), expected, f"{library} {fmt} compiled")
     # Blocks of 7 rows: a large matrix is predicted a block at a time, never whole.
     monkeypatch.setattr(sparse, "BLOCK_CELLS", 7 * 6)
@@ -239,7 +240,7 @@ def test_sparse_absent_entries_follow_the_library(sparse_case, library, absent, 
 def test_sparse_histgradientboosting_reads_absent_as_zero(sparse_case):
     """scikit-learn's HistGradientBoosting refuses sparse input and asks for
     ``toarray()``, whose absent entries are 0.0: that is what SilvanForge reads."""
-    _, dense = sparse_case
+    _, dense, _ = sparse_case
     rng = np.random.default_rng(7)
     X = rng.normal(size=(300, 6))
     model = ensemble.HistGradientBoostingRegressor(max_iter=5).fit(X, X[:, 0] + (X[:, 1] > 0))
@@ -250,7 +251,7 @@ def test_sparse_histgradientboosting_reads_absent_as_zero(sparse_case):
 
 
 def test_sparse_duplicates_and_width(sparse_case):
-    models, _ = sparse_case
+    models, _, _ = sparse_case
     forest = silvanforge.load(models["lightgbm"])
     # Duplicate entries are summed (scipy's rule), without changing the caller's matrix.
     X = sp.csr_matrix((np.array([1.0, 2.0]), np.array([0, 0]), np.array([0, 2])),

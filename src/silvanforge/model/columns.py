@@ -20,7 +20,7 @@ from typing import Any, Iterator, Mapping, Sequence, Union
 
 import numpy as np
 
-from ..errors import InputError
+from ..errors import InputError, require
 
 
 @dataclass(frozen=True)
@@ -136,6 +136,7 @@ def reader(X: Any) -> _Pandas | _Arrow | _Dict | None:
         if type(X).__name__ == "LazyFrame":
             raise InputError("a polars LazyFrame has no rows yet: pass frame.collect()")
         if hasattr(X, "to_arrow") and hasattr(X, "columns"):
+            require("pyarrow", "polars")  # polars' to_arrow needs it
             return _Arrow(X.to_arrow())
     if isinstance(X, Mapping):
         return _Dict(X)
