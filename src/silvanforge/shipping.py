@@ -94,9 +94,15 @@ def feature_columns(predictor: Predictor, names: Sequence[str]) -> list[str]:
     >>> from types import SimpleNamespace as NS
     >>> feature_columns(NS(forest=NS(feature_names=("b", "a"))), ["id", "a", "b"])
     ['b', 'a']
+    >>> feature_columns(NS(forest=NS(feature_names=None, n_features=2)), ["x", "y"])
+    ['x', 'y']
     """
     model = predictor.forest.feature_names
     if generic(model):
+        if len(names) != predictor.forest.n_features:
+            raise InputError(f"the model knows its {predictor.forest.n_features} features "
+                             f"only by position, and the table has {len(names)} columns: "
+                             f"select the feature columns, in the training order")
         return list(names)
     missing = [n for n in model if n not in set(names)]
     if missing:
