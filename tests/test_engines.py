@@ -5,7 +5,8 @@ the number of partitions; results equal the local predictor's.
 
 CI must run these: there a missing engine (or Java, for Spark) is a failure; elsewhere
 (no ``CI`` in the environment) a skip with the reason printed. One small cluster or
-session an engine, for the module.
+session an engine, for the module, and one test an engine (so that parallel test workers
+never start an engine twice).
 """
 
 from __future__ import annotations
@@ -103,15 +104,9 @@ def test_dask_dataframe_and_array(case, dask_client):
     assert sum(dask_client.run(shipping.load_count).values()) <= 4
     settings = dask_client.run(lambda: os.environ.get("SILVANFORGE_COMPILE"))
     assert set(settings.values()) == {"forbid"}
-
-
-def test_dask_refuses_a_frame_without_the_features(case, dask_client):
-    import dask.dataframe as dd
-    import silvanforge.dask
-
-    frame = dd.from_pandas(case["rows"].drop(columns=["c"]), npartitions=2)
     with pytest.raises(InputError, match="lacks the model's features"):
-        silvanforge.dask.predict(case["regressor"], frame)
+        silvanforge.dask.predict(regressor, dd.from_pandas(case["rows"].drop(columns=["c"]),
+                                                           npartitions=2))
 
 
 # ---- Spark -------------------------------------------------------------------------------
