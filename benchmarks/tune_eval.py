@@ -48,6 +48,8 @@ def _search(search, forest, rows: np.ndarray, n_jobs: int):
 
 def _short(result: explore.Result) -> str:
     p = result.point
+    if p["order"] == "default":
+        return f"the default plan ({result.options['representation']}), {p['threads']}t"
     shape = {"tree_tiles": f"tiles of {p.get('tree_tile')} trees",
              "unrolled_trees": f"unrolled trees, blocks of {p['block']} rows"}.get(
         p["order"], f"{p['order'].replace('_', ' ')} of {p['block']} rows")

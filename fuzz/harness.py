@@ -35,7 +35,7 @@ with atheris.instrument_imports(include=["silvanforge"]):
     from silvanforge.errors import SilvanForgeError
     # Imported on first use otherwise, after the instrumentation is over.
     from silvanforge.frontends import lightgbm, onnx, ubjson, xgboost  # noqa: F401
-    from silvanforge.plan import planner
+    from silvanforge.plan import cache, planner
     from silvanforge.runtime import predictor as saved
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -98,6 +98,10 @@ def predictor(data: bytes) -> None:
 
 
 _cache_state: dict = {}
+# Seed keys name the model and CPU by placeholder (fuzz/make_corpus.py), so the seeds'
+# entries are found on any machine.
+CACHE_PLACEHOLDERS = {b"@MODEL": lambda forest: cache.model_hash(forest),
+                      b"@CPU": lambda forest: cache.cpu_id()}
 
 
 def tuning_cache(data: bytes) -> None:
@@ -109,9 +113,11 @@ def tuning_cache(data: bytes) -> None:
         with open(os.path.join(HERE, "corpus", "cache_model.json"), "rb") as fh:
             _cache_state.update(folder=folder, forest=silvanforge.load(fh.read()),
                                 compiled=set())
+    forest = _cache_state["forest"]
+    for placeholder, value in CACHE_PLACEHOLDERS.items():
+        data = data.replace(placeholder, value(forest).encode())
     with open(os.path.join(_cache_state["folder"], "tuning.json"), "wb") as fh:
         fh.write(data)
-    forest = _cache_state["forest"]
     try:
         kwargs = planner.tuned_options(forest, "auto", {"n_jobs": 1}, "native")
         if repr(kwargs) in _cache_state["compiled"]:

@@ -32,7 +32,7 @@ def test_inspect(model, capsys):
     assert "trees 5, features 3" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("output", ["value", "margin"])
+@pytest.mark.parametrize("output", ["value", "margin", "contribs"])
 def test_predict_matches_the_reference(model, tmp_path, output):
     path, X = model
     data = tmp_path / "rows.csv"
@@ -42,7 +42,7 @@ def test_predict_matches_the_reference(model, tmp_path, output):
     for how in ([], ["--reference"]):
         assert cli.main(["predict", str(path), str(data), "--output", output,
                          "--out", str(out), *how]) == 0
-        np.testing.assert_allclose(np.loadtxt(out), expected, rtol=1e-8)
+        np.testing.assert_allclose(np.loadtxt(out, delimiter=","), expected, rtol=1e-8)
 
 
 @pytest.mark.parametrize("level", ["plan", "hir", "mir", "lir", "llvm"])
@@ -326,3 +326,22 @@ def test_csv_cells_and_names_may_have_spaces(named_model, csv_reader, tmp_path):
     assert code == 0
     rows = np.array([[-1.25, np.nan, 0.5]])
     np.testing.assert_allclose(got, reference.predict(load(path), rows), rtol=1e-8)
+
+
+def test_predict_leaf_output_and_iteration_range(model, tmp_path):
+    path, X = model
+    data = tmp_path / "rows.csv"
+    np.savetxt(data, X[:20], delimiter=",")
+    out = tmp_path / "out.csv"
+    booster = xgb.Booster(model_file=str(path))
+    expected = booster[1:4].predict(xgb.DMatrix(X[:20]), pred_leaf=True)
+    for how in ([], ["--reference"]):
+        assert cli.main(["predict", str(path), str(data), "--output", "leaf",
+                         "--iteration-range", "1", "4", "--out", str(out), *how]) == 0
+        np.testing.assert_array_equal(np.loadtxt(out, delimiter=","), expected)
+    saved = tmp_path / "model.sfp"
+    assert cli.main(["compile", str(path), "-o", str(saved), "--iteration-range", "0",
+                     "2"]) == 0
+    assert silvanforge.load_predictor(saved).forest.n_trees == 2
+    assert cli.main(["predict", "--predictor", str(saved), str(data),
+                     "--iteration-range", "0", "1"]) == 2

@@ -21,7 +21,7 @@ from silvanforge.backends.cpu import Target
 from silvanforge.errors import InputError, ModelFormatError, ScheduleError
 
 from test_forest import random_forests, stump, forest_of
-from util import probe_rows, unaligned
+from util import probe_rows, unaligned, forbid_compiling
 
 REPRESENTATIONS = ["array", "sparse", "reorg"]
 # Every host the suite supports (x86-64 with AVX2 and up) runs code built for these.
@@ -229,12 +229,7 @@ def test_save_load_and_pickle_reuse_the_machine_code(forest, tmp_path, monkeypat
     X = np.random.default_rng(2).normal(size=(50, 3))
     path = tmp_path / "model.sfp"
     predictor.save(path)
-    from silvanforge.runtime import predictor as runtime
-
-    def no_compiling(*args, **kwargs):
-        raise AssertionError("recompiled")
-
-    monkeypatch.setattr(runtime, "compile_kernels", no_compiling)
+    forbid_compiling(monkeypatch)
     for loaded in (silvanforge.load_predictor(path), pickle.loads(pickle.dumps(predictor))):
         assert loaded.plan == predictor.plan
         np.testing.assert_array_equal(loaded.predict(X), predictor.predict(X))

@@ -374,6 +374,35 @@ def test_outputs_only_the_base_score_gives_are_allowed_up_to_the_bound():
     assert many.n_outputs == 2000
 
 
+def _categorical_chain(n_nodes: int, category: int):
+    from silvanforge.model.builder import Tree
+
+    # A chain of categorical splits, each on the set {category}: node k's children are
+    # node k + 1 (the last one a leaf) and the leaf n_nodes + 1 + k.
+    n = 2 * n_nodes + 1
+    leaf = [-1] * (n_nodes + 1)
+    return Tree(left=list(range(1, n_nodes + 1)) + leaf,
+                right=[n_nodes + 1 + k for k in range(n_nodes)] + leaf,
+                feature=0, threshold=[0.0] * n, leaf_value=[float(k) for k in range(n)],
+                categories={k: [category] for k in range(n_nodes)})
+
+
+def test_category_bitsets_the_file_cannot_back_are_refused():
+    """Nodes naming category 2^24 - 1 asked for 2 MB of bitset each (a 3 KB XGBoost
+    file: 6 MB); beyond 16 MB more than the listed categories can back, load refuses
+    before allocating."""
+    from silvanforge.model.builder import build_forest
+    from silvanforge.model.forest import MAX_CATEGORY
+
+    few = build_forest([_categorical_chain(4, MAX_CATEGORY)], n_features=1, n_outputs=1)
+    assert few.cat_bitset.nbytes == 4 * 2**21
+    with pytest.raises(ModelFormatError, match="category sets need 18 MB of bitsets for "
+                                               "9 listed categories"):
+        build_forest([_categorical_chain(9, MAX_CATEGORY)], n_features=1, n_outputs=1)
+    many = build_forest([_categorical_chain(2000, 5000)], n_features=1, n_outputs=1)
+    assert many.n_nodes == 4001  # small categories: any number of nodes
+
+
 @pytest.mark.parametrize("plan", [
     "sparse", {"schedule": True}, {"representation": 1.5}, {"representation": "dense"},
     {"tile_size": {"a": 1}}, {"small_schedule": -1}, {"sized_threads": 1},

@@ -31,6 +31,7 @@ LAYERS = [
     ("backends",),
     ("plan",),
     ("runtime",),
+    ("estimator",),  # compile_estimator: estimators' methods over a predictor
     ("bench",),
     ("tune",),
     ("shipping",),  # a predictor on an engine's workers

@@ -70,14 +70,55 @@ def test_tuned_configuration_is_exact(name):
     forest = silvanforge.load(model)
     config = silvanforge.tune(forest, X, batch_size=64, n_jobs=2, budget_s=BUDGET_S,
                               progress=False)
-    assert config.representation in REGISTRY and 1 <= config.n_jobs <= 2
+    assert (config.representation in REGISTRY or config.is_default) \
+        and 1 <= config.n_jobs <= 2
     assert config.seconds > 0 and config.batch_size == 64 and config.search == "guided"
     expected = reference.predict(forest, X)
+    default = silvanforge.compile(forest, n_jobs=config.n_jobs)
     for predictor in (silvanforge.compile(forest, schedule=config),
                       silvanforge.compile(forest, **config.compile_kwargs())):
         np.testing.assert_allclose(predictor.predict(X), expected, rtol=1e-12, atol=1e-12)
-        assert str(predictor.schedule) == config.schedule
+        if config.is_default:
+            assert predictor.plan.to_json() == default.plan.to_json()
+        else:
+            assert str(predictor.schedule) == config.schedule
         assert predictor.plan.n_jobs == config.n_jobs
+
+
+@pytest.mark.parametrize("fastest", ["default", "other"])
+def test_the_default_plan_is_timed_beside_every_search(xgb_model, monkeypatch, fastest):
+    """A tuned configuration is never slower than the default on the rows it was given:
+    the default plan is a candidate of the shortlist and of the final round, and is
+    returned (as a configuration that leaves schedule and representation to the
+    planner) when it wins."""
+    model, X = xgb_model
+    forest = silvanforge.load(model)
+    rounds = []
+
+    def medians(timers, *args):
+        ev_points = list(timers)
+        rounds.append(ev_points)
+        # Timed by their index in the round; the default point comes first in each.
+        return {i: (1e-6 if (i == ev_points[0]) == (fastest == "default") else 1e-3 + i)
+                for i in timers}
+
+    monkeypatch.setattr(explore.bench, "interleaved_medians", medians)
+    ev = explore.Evaluator(forest, X[:64])
+    results = explore.guided(ev, n_jobs=2)
+    orders = [r.point["order"] for r in results]
+    assert space.DEFAULT_ORDER in orders and len(rounds) == 2
+    best = Configuration.of(results[0], 64, "guided")
+    assert best.is_default == (fastest == "default")
+    default_s = next(r.seconds for r in results if r.point["order"] == space.DEFAULT_ORDER)
+    assert results[0].seconds <= default_s
+    if best.is_default:
+        assert best.compile_kwargs() == {"n_jobs": 2}
+        again = Configuration.from_json(json.loads(json.dumps(best.to_json())))
+        plan = silvanforge.compile(forest, schedule=again).plan
+        assert plan.to_json() == silvanforge.compile(forest, n_jobs=2).plan.to_json()
+    every = explore.exhaustive(explore.Evaluator(forest, X[:64]), n_jobs=1,
+                               deadline=0.0)  # past: only what is compiled runs
+    assert every == [] or every[0].point["order"] == space.DEFAULT_ORDER
 
 
 def test_configuration_round_trips_json_and_compiles(xgb_model):
@@ -102,6 +143,8 @@ def test_explicit_keywords_win_over_the_configuration(xgb_model):
 def test_every_point_of_the_space_renders_a_schedule_or_is_refused():
     forest = silvanforge.load(_xgboost()[0])
     points = space.points(forest.n_trees, n_jobs=2)
+    assert points[0] == space.default_point(2)
+    points = points[1:]
     assert {p["representation"] for p in points} == set(REGISTRY)
     assert {p["order"] for p in points} == set(space.ORDERS)
     assert all(p["threads"] == 2 for p in points if p["order"] == "tree_chunks")

@@ -69,3 +69,13 @@ def unaligned(rows: np.ndarray) -> np.ndarray:
     view = raw[1:].view(rows.dtype).reshape(rows.shape)
     view[...] = rows
     return view
+
+
+def forbid_compiling(monkeypatch) -> None:
+    """Make any kernel build fail the test (a reloaded predictor must not compile)."""
+    from silvanforge.runtime import predictor as runtime
+
+    def no_compiling(*args, **kwargs):
+        raise AssertionError("recompiled")
+
+    monkeypatch.setattr(runtime, "compile_kernels", no_compiling)

@@ -13,6 +13,7 @@ from .errors import (CompileForbiddenError, InputError, MissingDependencyError, 
 from .frontends import load
 from .model import Forest
 from .plan import Profile, profile
+from .estimator import CompiledEstimator, compile_estimator
 from .runtime import Predictor, compile, load_predictor
 from .tune import Configuration, tune
 from .version import __version__
@@ -34,7 +35,8 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["load", "compile", "tune", "Configuration", "load_predictor", "Predictor",
+__all__ = ["load", "compile", "compile_estimator", "CompiledEstimator", "tune", "Configuration",
+           "load_predictor", "Predictor",
            "profile", "Profile", "Forest", "reference", "SilvanForgeError", "ModelFormatError",
            "UnsupportedModelError", "InputError", "CompileForbiddenError", "MissingDependencyError",
            "__version__"]

@@ -64,6 +64,9 @@ def _predictor(args: argparse.Namespace) -> Predictor:
     code runs unless --recompile), else compiled. A file is never taken for a predictor
     by its contents: loading one may run its code."""
     if args.predictor:
+        if args.iteration_range:
+            raise InputError("--iteration-range applies when compiling a model; a saved "
+                             "predictor has the trees it was compiled with")
         return load_predictor(args.model, trust_code=not args.recompile)
     if args.recompile:
         raise InputError("--recompile applies to a saved predictor (--predictor)")
@@ -92,7 +95,8 @@ def _compile_kwargs(args: argparse.Namespace) -> dict:
             profile = profile[:, :args.columns]
     return {"schedule": _schedule_arg(args.schedule), "representation": args.representation,
             "n_jobs": args.n_jobs, "tile_size": args.tile_size, "tiling": args.tiling,
-            "profile": profile, "cpu": args.cpu}
+            "profile": profile, "cpu": args.cpu,
+            "iteration_range": tuple(args.iteration_range) if args.iteration_range else None}
 
 
 def _inspect(args: argparse.Namespace) -> None:
@@ -115,7 +119,10 @@ def _predict(args: argparse.Namespace) -> None:
     forest = _forest(args) if predictor is None else predictor.forest
     rows = _features(table, forest, args)
     if predictor is None:
-        result = reference.predict(forest, rows, output=args.output)
+        if args.iteration_range:
+            forest = forest.slice(*args.iteration_range)
+        result = reference.leaf_output(forest, rows) if args.output == "leaf" else \
+            reference.predict(forest, rows, output=args.output)
     else:
         result = predictor.predict(rows, output=args.output)
     write(result)
@@ -190,6 +197,9 @@ def _compile_options(p: argparse.ArgumentParser) -> None:
                    help="how nodes are grouped into tiles (probability: needs --profile)")
     p.add_argument("--profile", help="sample rows (CSV or .npy, like DATA) for "
                    "probability-based tiling")
+    p.add_argument("--iteration-range", type=int, nargs=2, metavar=("BEGIN", "END"),
+                   help="use the trees of boosting rounds BEGIN to END (excluded; END 0: "
+                   "the last), XGBoost's iteration_range")
 
 
 @contextlib.contextmanager
@@ -260,8 +270,12 @@ def build_parser() -> argparse.ArgumentParser:
         description="Predict the rows of a CSV (or .npy) file and print one line per row.")
     p.add_argument("model", help=_MODEL_HELP)
     p.add_argument("data", help="rows: " + _DATA_HELP)
-    p.add_argument("--output", choices=["value", "margin"], default="value",
-                   help="the library's predicted value (default) or the raw margin")
+    p.add_argument("--output", choices=["value", "margin", "leaf", "contribs"],
+                   default="value",
+                   help="the library's predicted value (default), the raw margin, the leaf "
+                   "each row reaches in each tree, numbered as the library numbers it "
+                   "(docs/OUTPUTS.md), or SHAP contributions (one column a feature, then "
+                   "the expected value; several outputs one after another)")
     p.add_argument("--header", action="store_true", help=_HEADER_HELP)
     p.add_argument("--columns", type=int, default=None,
                    help="use only the first N columns (e.g. to drop a label column)")

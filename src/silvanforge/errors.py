@@ -23,6 +23,11 @@ class UnsupportedModelError(SilvanForgeError):
     """A well-formed model uses something SilvanForge does not handle (e.g. gblinear)."""
 
 
+class ContributionsError(UnsupportedModelError):
+    """A model cannot give SHAP contributions (``output="contribs"``): it has no node
+    covers (ONNX models carry none) or it has linear leaves."""
+
+
 class InputError(SilvanForgeError):
     """Prediction input has the wrong shape, width or type."""
 

@@ -11,12 +11,13 @@ compiled configuration is tested against it. It implements the semantics documen
 
 from __future__ import annotations
 
-from typing import Any
+from math import factorial
+from typing import Any, Iterator
 
 import numpy as np
 
 from .errors import InputError
-from .model import transforms
+from .model import cover, leaf_ids, transforms
 from .model.forest import (MISSING_NAN, MISSING_ZERO, OP_CAT, OP_LE, OP_LT,
                            ZERO_THRESHOLD, Forest)
 from .model.inputs import as_matrix
@@ -60,6 +61,17 @@ def leaves(forest: Forest, X: Any) -> np.ndarray:
     """The leaf each row reaches in each tree: (rows, n_trees), tree-local node ids."""
     rows = as_matrix(X, forest)
     return global_leaves(forest, rows) - forest.tree_offsets[:-1]
+
+
+def leaf_output(forest: Forest, X: Any) -> np.ndarray:
+    """The leaf each row reaches in each tree as the source library reports it: its node
+    numbering (XGBoost node ids, LightGBM leaf indices, scikit-learn and ONNX node ids)
+    and shape, int32 (:mod:`silvanforge.model.leaf_ids`).
+
+    >>> silvanforge.reference.leaf_output(forest, X)             # doctest: +SKIP
+    """
+    rows = as_matrix(X, forest)
+    return leaf_ids.shaped(forest, leaf_ids.source_ids(forest)[global_leaves(forest, rows)])
 
 
 def global_leaves(f: Forest, X: np.ndarray) -> np.ndarray:
@@ -124,20 +136,27 @@ def predict(forest: Forest, X: Any, output: str = "value") -> np.ndarray:
 
     ``output="value"`` is what the library's default predict returns (probabilities for
     classifiers, class ids for XGBoost's multi:softmax); ``"margin"`` is the raw score
-    before the post-transform. The result is 1-D where the library's is.
+    before the post-transform. The result is 1-D where the library's is. ``"leaf"`` is
+    :func:`leaf_output`, ``"contribs"`` :func:`contributions`.
 
     >>> silvanforge.reference.predict(forest, X, output="margin")   # doctest: +SKIP
     """
-    check_output(output)
+    check_output(output, ("value", "margin", "leaf", "contribs"))
     by_block = blockwise(X, forest, lambda part: predict(forest, part, output))
     if by_block is not None:  # a large sparse matrix, never densified whole
         return by_block
+    if output == "contribs":
+        return contributions(forest, X)
+    if output == "leaf":
+        return leaf_output(forest, X)
     return finish(forest, tree_sums(forest, as_matrix(X, forest)), output)
 
 
-def check_output(output: str) -> None:
-    if output not in ("value", "margin"):
-        raise InputError(f"output must be 'value' or 'margin', not {output!r}")
+def check_output(output: str, allowed: tuple[str, ...] = ("value", "margin")) -> None:
+    """Refuse an ``output`` not among ``allowed`` (what the caller computes)."""
+    if output not in allowed:
+        raise InputError(f"output must be {' or '.join(map(repr, allowed))}, "
+                         f"not {output!r}")
 
 
 def finish(forest: Forest, sums: np.ndarray, output: str) -> np.ndarray:
@@ -162,3 +181,86 @@ def shaped(forest: Forest, result: np.ndarray) -> np.ndarray:
     if forest.flat_output and result.shape[1] == 1:
         return result[:, 0]
     return result
+
+
+# ---- SHAP contributions (path-dependent TreeSHAP) ------------------------------------
+
+def contributions(forest: Forest, X: Any) -> np.ndarray:
+    """Exact path-dependent TreeSHAP values in margin space, straight from the Shapley
+    formula of each leaf's path (Lundberg et al. 2020, "From local explanations to
+    global understanding with explainable AI for trees", and GPUTreeShap's per-path form).
+
+    A leaf of value ``v`` whose path tests features ``j`` (repeats merged) contributes
+    ``v * (o_i - z_i) * sum_S |S|! (d - |S| - 1)! / d! * prod_{j in S} o_j
+    * prod_{j not in S, j != i} z_j`` to feature ``i``, where ``z_j`` is the product of
+    the cover fractions of ``j``'s edges on the path and ``o_j`` is 1 when the row takes
+    all of them. The last column is the expected value (the margin's base score plus each
+    tree's cover-weighted mean leaf): each row sums to ``predict(output="margin")``.
+    Shape (rows, n_features + 1) for one output, (rows, n_outputs, n_features + 1) for
+    several.
+
+    >>> phi = silvanforge.reference.contributions(forest, X)    # doctest: +SKIP
+    >>> np.allclose(phi.sum(axis=-1), predict(forest, X, "margin"))  # doctest: +SKIP
+    True
+    """
+    fractions = cover.edge_fractions(forest)
+    rows = as_matrix(X, forest)
+    n, n_features = len(rows), forest.n_features
+    phi = np.zeros((n, forest.n_outputs, n_features + 1))
+    scales = cover.tree_scales(forest)
+    for t in range(forest.n_trees):
+        nodes = np.arange(forest.tree_offsets[t], forest.tree_offsets[t + 1])
+        internal = nodes[~forest.is_leaf[nodes]]
+        column = {int(node): j for j, node in enumerate(internal)}
+        goes_left = _go_left(forest, internal[None, :], rows[:, forest.feature[internal]])
+        outputs = slice(int(forest.tree_output[t]),
+                        int(forest.tree_output[t]) + forest.leaf_width)
+        for leaf, path in _leaf_paths(forest, t):
+            value = forest.leaf_value[leaf] * scales[t]
+            zero: dict[int, float] = {}
+            one: dict[int, np.ndarray] = {}
+            for node, child, left in path:
+                f = int(forest.feature[node])
+                took = goes_left[:, column[node]] == left
+                zero[f] = zero.get(f, 1.0) * fractions[child]
+                one[f] = one.get(f, True) & took
+            features = list(zero)
+            z = np.array([zero[f] for f in features])
+            o = np.stack([one[f] for f in features], axis=1).astype(np.float64) \
+                if features else np.zeros((n, 0))
+            phi[:, outputs, n_features] += value * np.prod(z)
+            for i, f in enumerate(features):
+                weight = _shapley_weight(np.delete(z, i), np.delete(o, i, axis=1))
+                phi[:, outputs, f] += ((o[:, i] - z[i]) * weight)[:, None] * value
+    phi[:, :, n_features] += forest.base_score
+    return phi[:, 0, :] if forest.n_outputs == 1 else phi
+
+
+def _shapley_weight(z: np.ndarray, o: np.ndarray) -> np.ndarray:
+    """Per row: sum over subsets S of the ``m`` other elements of
+    ``|S|! (m - |S|)! / (m + 1)! * prod_{S} o * prod_{not S} z``, from the coefficients
+    of ``prod_j (z_j + o_j y)`` (the coefficient of ``y^s`` sums the subsets of size s)."""
+    n, m = o.shape
+    coef = np.zeros((n, m + 1))
+    coef[:, 0] = 1.0
+    for j in range(m):
+        coef[:, 1:] = coef[:, 1:] * z[j] + coef[:, :-1] * o[:, j:j + 1]
+        coef[:, 0] *= z[j]
+    weights = np.array([factorial(s) * factorial(m - s) / factorial(m + 1)
+                        for s in range(m + 1)])
+    return coef @ weights
+
+
+def _leaf_paths(f: Forest, t: int) -> Iterator[tuple[int, list[tuple[int, int, bool]]]]:
+    """Each leaf of tree ``t`` (global index) with its path: (node, child, went left)
+    for every internal node from the root down, global indices."""
+    base = int(f.tree_offsets[t])
+    stack: list[tuple[int, list]] = [(base, [])]
+    while stack:
+        node, path = stack.pop()
+        if f.is_leaf[node]:
+            yield node, path
+            continue
+        left, right = base + int(f.left[node]), base + int(f.right[node])
+        stack.append((right, path + [(node, right, False)]))
+        stack.append((left, path + [(node, left, True)]))

@@ -222,7 +222,9 @@ def prediction_writer(path: str | None) -> Callable[[np.ndarray], None]:
     def text(result: np.ndarray) -> None:
         out = open(path, "w") if path else sys.stdout
         try:
-            np.savetxt(out, result.reshape(len(result), -1), delimiter=",", fmt="%.9g")
+            # Leaf ids are integers, written whole.
+            np.savetxt(out, result.reshape(len(result), -1), delimiter=",",
+                       fmt="%d" if result.dtype.kind in "iu" else "%.9g")
         finally:
             if path:
                 out.close()

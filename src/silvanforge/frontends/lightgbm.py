@@ -33,6 +33,7 @@ from ..errors import ModelFormatError, UnsupportedModelError
 from ..model.builder import Tree, build_forest
 from ..model.forest import (MAX_CATEGORY, MISSING_NAN, MISSING_NONE, MISSING_ZERO, OP_LE,
                             Forest)
+from . import numbers
 
 # LightGBM's kZeroThreshold is the float literal 1e-35f, used as a double.
 K_ZERO = float(np.float32(1e-35))
@@ -47,6 +48,11 @@ _NUM = r"[+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|inf|infinity|nan)"
 _INT = r"[+-]?\d+"
 _NUM_FIELD = re.compile(rf"\s*(?:{_NUM}(?:\s+{_NUM})*)?\s*", re.IGNORECASE)
 _INT_FIELD = re.compile(rf"\s*(?:{_INT}(?:\s+{_INT})*)?\s*")
+# Fields numpy parses whole (frontends/numbers.py): finite numbers, and integers of at
+# most 15 digits (exact in the float64 numpy reads them as).
+_PLAIN_NUM = r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?"
+_PLAIN_NUM_FIELD = re.compile(rf"\s*(?:{_PLAIN_NUM}(?: {_PLAIN_NUM})*)?\s*")
+_SHORT_INT_FIELD = re.compile(r"\s*(?:[+-]?\d{1,15}(?: [+-]?\d{1,15})*)?\s*")
 
 _IDENTITY_OBJECTIVES = {
     "regression", "regression_l2", "l2", "mean_squared_error", "mse", "regression_l1",
@@ -66,7 +72,8 @@ _TREE_KEYS_REQUIRED = ("num_leaves", "num_cat", "leaf_value")
 _TREE_SPLIT_KEYS = ("split_feature", "threshold", "decision_type", "left_child",
                     "right_child")
 _TREE_LINEAR_KEYS = ("leaf_const", "num_features", "leaf_features", "leaf_coeff")
-# Written by LightGBM but irrelevant to predictions: checked for form, then ignored.
+# Written by LightGBM but irrelevant to predictions: checked for form, then ignored
+# (the counts are TreeSHAP's covers, read by _data_counts).
 _TREE_INFO_KEYS = {"split_gain": "internal", "leaf_weight": "leaf", "leaf_count": "leaf",
                    "internal_value": "internal", "internal_weight": "internal",
                    "internal_count": "internal", "shrinkage": "one"}
@@ -160,7 +167,7 @@ def parse_model_text(text: str) -> Forest:
         average=header.average_output, average_in_margin=False,
         post_transform=transform, transform_params=params,
         input_dtype=np.float64, category_rule="truncate", negative_category="not_in_set",
-        flat_output=True, feature_names=header.feature_names,
+        flat_output=True, trees_per_round=k, feature_names=header.feature_names,
         pandas_categories=pandas_categories, objective=header.objective or "none",
         source=f"lightgbm {header.version}")
 
@@ -277,9 +284,11 @@ def _split_trees(lines: list[str], pos: int) -> tuple[list[dict[str, str]], int]
 
 def _floats(block: dict[str, str], key: str, n: int, where: str) -> np.ndarray:
     value = block[key]
-    if not _NUM_FIELD.fullmatch(value):
-        raise ModelFormatError(f"{where}: field {key!r} holds a non-numeric token")
-    arr = np.array(value.split(), dtype=np.float64)
+    arr = numbers.parse_numbers(value, " ", _PLAIN_NUM_FIELD)
+    if arr is None:
+        if not _NUM_FIELD.fullmatch(value):
+            raise ModelFormatError(f"{where}: field {key!r} holds a non-numeric token")
+        arr = np.array(value.split(), dtype=np.float64)
     if len(arr) != n:
         raise ModelFormatError(f"{where}: field {key!r} has {len(arr)} entries, expected {n}")
     return arr
@@ -288,12 +297,17 @@ def _floats(block: dict[str, str], key: str, n: int, where: str) -> np.ndarray:
 def _ints(block: dict[str, str], key: str, n: int | None, where: str,
           lo: int, hi: int) -> np.ndarray:
     value = block[key]
-    if not _INT_FIELD.fullmatch(value):
-        raise ModelFormatError(f"{where}: field {key!r} holds a token that is not an integer")
-    tokens = value.split()
-    if any(len(tok.lstrip("+-")) > 18 for tok in tokens):
-        raise ModelFormatError(f"{where}: field {key!r} holds an integer out of range")
-    arr = np.array(tokens, dtype=np.int64)
+    parsed = numbers.parse_numbers(value, " ", _SHORT_INT_FIELD)
+    if parsed is not None:
+        arr = parsed.astype(np.int64)
+    else:
+        if not _INT_FIELD.fullmatch(value):
+            raise ModelFormatError(f"{where}: field {key!r} holds a token that is not an "
+                                   "integer")
+        tokens = value.split()
+        if any(len(tok.lstrip("+-")) > 18 for tok in tokens):
+            raise ModelFormatError(f"{where}: field {key!r} holds an integer out of range")
+        arr = np.array(tokens, dtype=np.int64)
     if n is not None and len(arr) != n:
         raise ModelFormatError(f"{where}: field {key!r} has {len(arr)} entries, expected {n}")
     bad = np.flatnonzero((arr < lo) | (arr > hi))
@@ -395,10 +409,30 @@ def _parse_tree(t: int, block: dict[str, str], n_features: int) -> tuple[Tree, b
     elif n_cat:
         raise ModelFormatError(f"{where}: num_cat={n_cat} in a tree without splits")
     linear = _linear_leaves(block, n_leaves, n_int, n_features, where) if is_linear else None
+    # pred_leaf numbers a tree's leaves 0..num_leaves-1 (internal nodes: their split index).
+    source_id = np.r_[np.arange(n_int), np.arange(n_leaves)]
     tree = Tree(left=left, right=right, feature=feature, threshold=threshold,
                 leaf_value=values, default_left=default_left, split_op=OP_LE,
-                missing=missing, categories=categories, linear=linear)
+                missing=missing, categories=categories, linear=linear, source_id=source_id,
+                cover=_data_counts(block, n_int, n_leaves, where))
     return tree, is_linear
+
+
+def _data_counts(block: dict[str, str], n_int: int, n_leaves: int,
+                 where: str) -> np.ndarray | None:
+    """The training rows that reached each node (``internal_count``, ``leaf_count``):
+    TreeSHAP's cover, as LightGBM's ``pred_contrib`` uses it; None when the file lacks
+    them. A one-leaf tree may leave its count empty: its cover is never divided by."""
+    if n_int == 0:
+        counts = block.get("leaf_count", "").split()
+        return np.array([float(counts[0]) if len(counts) == 1 else 0.0])
+    if "internal_count" not in block or "leaf_count" not in block:
+        return None
+    counts = np.concatenate([_floats(block, "internal_count", n_int, where),
+                             _floats(block, "leaf_count", n_leaves, where)])
+    if not np.all(np.isfinite(counts)) or np.any(counts < 0):
+        raise ModelFormatError(f"{where}: negative or non-finite data counts")
+    return counts
 
 
 def _cat_storage(block: dict[str, str], n_cat: int, where: str

@@ -306,11 +306,12 @@ class _Raw:
     categories: dict = field(default_factory=dict)
     weights: list = field(default_factory=list)   # per node: (n_classes,) sum, or None
     has: list = field(default_factory=list)       # per node: (n_classes,) bool: has a weight
+    source_id: list = field(default_factory=list)  # per node: its ONNX id (leaf output)
     pending: dict = field(default_factory=dict)   # branch → (left ref, right ref) to visit
 
 
 def _add_split(raw: _Raw, mode: str, feature: int, threshold: float, tracks: bool,
-               true_child: int, false_child: int, where: str) -> int:
+               true_child: int, false_child: int, where: str, source_id: int) -> int:
     """Append a branch; children are filled by the caller. Returns its local index."""
     idx = len(raw.left)
     if mode == "BRANCH_MEMBER":
@@ -330,11 +331,13 @@ def _add_split(raw: _Raw, mode: str, feature: int, threshold: float, tracks: boo
     raw.weights.append(None)
     raw.has.append(None)
     raw.pending[idx] = (true_child, false_child) if holds else (false_child, true_child)
+    raw.source_id.append(source_id)
     return idx
 
 
-def _add_leaf(raw: _Raw, weights: np.ndarray, has: np.ndarray) -> int:
+def _add_leaf(raw: _Raw, weights: np.ndarray, has: np.ndarray, source_id: int) -> int:
     idx = len(raw.left)
+    raw.source_id.append(source_id)
     raw.left.append(-1)
     raw.right.append(-1)
     raw.feature.append(0)
@@ -516,10 +519,10 @@ def _parse_v3(attrs: _Attrs, n_out: int, prefix: str, width: int | None,
     def make_split(raw: _Raw, i: int) -> int:
         where = f"tree {tree_ids[i]}, node {node_ids[i]}"
         return _add_split(raw, modes[i], int(features[i]), float(values[i]),
-                          bool(tracks[i]), kids[i][0], kids[i][1], where)
+                          bool(tracks[i]), kids[i][0], kids[i][1], where, int(node_ids[i]))
 
     def make_leaf(raw: _Raw, i: int) -> int:
-        return _add_leaf(raw, leaf_sum[i], leaf_has[i])
+        return _add_leaf(raw, leaf_sum[i], leaf_has[i], int(node_ids[i]))
 
     budget = [_MAX_NODES]
     raws = []
@@ -651,7 +654,7 @@ def _parse_v5(attrs: _Attrs, n_out: int, op_dtype: Any, width: int | None
         mode = _V5_MODES[mode_ids[i]]
         t, f = children(i)
         idx = _add_split(raw, mode, int(features[i]), float(splits[i]), bool(tracks[i]),
-                         t, f, f"node {i}")
+                         t, f, f"node {i}", i)
         if mode == "BRANCH_MEMBER":
             raw.categories[idx] = members[i]
         return idx
@@ -661,7 +664,8 @@ def _parse_v5(attrs: _Attrs, n_out: int, op_dtype: Any, width: int | None
         has = np.zeros(n_out, dtype=bool)
         w[targets[ref[1]]] = weights[ref[1]]
         has[targets[ref[1]]] = True
-        return _add_leaf(raw, w, has)
+        # Opset 5 numbers leaves apart from nodes: a leaf's id is its leaf index.
+        return _add_leaf(raw, w, has, ref[1])
 
     budget = [_MAX_NODES]
     raws = []
@@ -710,7 +714,7 @@ def _trees(raws: list[_Raw], leaf_map) -> list[Tree]:
         trees.append(Tree(left=raw.left, right=raw.right, feature=raw.feature,
                           threshold=raw.threshold, leaf_value=leaf_value,
                           default_left=raw.default_left, split_op=raw.split_op,
-                          categories=raw.categories or None))
+                          categories=raw.categories or None, source_id=raw.source_id))
     return trees
 
 

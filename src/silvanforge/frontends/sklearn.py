@@ -157,6 +157,7 @@ def _tree_structure(tree_: Any, where: str) -> dict[str, np.ndarray]:
             "threshold": np.asarray(tree_.threshold, dtype=np.float64),
             "default_left": np.asarray(tree_.missing_go_to_left).astype(bool),
             "value": np.asarray(tree_.value, dtype=np.float64),
+            "cover": np.asarray(tree_.weighted_n_node_samples, dtype=np.float64),
         }
     except AttributeError as exc:
         raise ModelFormatError(f"{where}: not a fitted scikit-learn tree ({exc})") from None
@@ -195,7 +196,8 @@ def _sk_tree(tree_: Any, where: str, leaf_value: Callable[[np.ndarray], np.ndarr
         feature=_map_features(a["feature"], a["left"], feature_map, where),
         threshold=a["threshold"], leaf_value=leaf_value(a["value"]),
         default_left=a["default_left"] if nan_left is None else nan_left,
-        split_op=OP_LE, missing=MISSING_NAN, output=output)
+        split_op=OP_LE, missing=MISSING_NAN, output=output, cover=a["cover"],
+        source_id=np.arange(len(a["left"])))  # apply's node ids: sklearn's own order
 
 
 def _tree_model_kind(est: Any) -> tuple[bool, int]:
@@ -301,7 +303,9 @@ def _load_gradient_boosting(obj: Any) -> Forest:
     return build_forest(
         trees, n_features=obj.n_features_in_, n_outputs=k_trees,
         base_score=_constant_init(obj), post_transform=transform, transform_params=params,
-        input_dtype=np.float32,
+        input_dtype=np.float32, trees_per_round=k_trees,
+        # apply: (rows, stages, trees a stage) for classifiers, (rows, stages) else.
+        leaf_layout="rounds" if is_classifier(obj) else "trees",
         class_labels=_classes(obj) if is_classifier(obj) else None,
         objective=f"{type(obj).__name__}(loss={obj.loss!r})", **_described(obj))
 
@@ -414,6 +418,8 @@ def _hist_tree(predictor: Any, where: str, cats: _HistCategories,
         is_cat = np.asarray(nodes["is_categorical"]).astype(bool) & ~is_leaf
         bitset_idx = np.asarray(nodes["bitset_idx"])
         value = np.asarray(nodes["value"], dtype=np.float64)
+        # Training samples per node (HistGradientBoosting keeps no weighted count).
+        cover = np.asarray(nodes["count"], dtype=np.float64)
     except (ValueError, KeyError) as exc:
         raise ModelFormatError(f"{where}: malformed predictor nodes ({exc})") from None
     raw_left = np.asarray(predictor.raw_left_cat_bitsets)
@@ -441,7 +447,8 @@ def _hist_tree(predictor: Any, where: str, cats: _HistCategories,
         categories[int(node)] = cats.category_set(col, codes, at)
     return Tree(left=left, right=right, feature=feature, threshold=threshold,
                 leaf_value=value, default_left=default_left, split_op=OP_LE,
-                missing=MISSING_NAN, categories=categories, output=output)
+                missing=MISSING_NAN, categories=categories, output=output, cover=cover,
+                source_id=np.arange(len(left)))  # the index into predictor.nodes
 
 
 def _load_hist_gradient_boosting(obj: Any) -> Forest:
@@ -472,7 +479,7 @@ def _load_hist_gradient_boosting(obj: Any) -> Forest:
         trees, n_features=obj.n_features_in_, n_outputs=k_trees,
         base_score=np.asarray(obj._baseline_prediction, dtype=np.float64).reshape(-1),
         post_transform=transform, input_dtype=np.float64, category_rule="exact",
-        negative_category="missing",
+        negative_category="missing", trees_per_round=k_trees, leaf_layout="rounds",
         class_labels=_classes(obj) if is_classifier(obj) else None,
         objective=f"{type(obj).__name__}(loss={obj.loss!r})", **_described(obj, cats.pandas))
 

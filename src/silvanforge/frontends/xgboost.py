@@ -20,6 +20,8 @@ Semantics, checked against XGBoost 3.2 by ``tests/test_xgboost.py``:
   ``inplace_predict`` do by default, even when the model stores a ``best_iteration``
   from early stopping. An sklearn wrapper (``XGBModel``) gives the trees up to its
   ``best_iteration``, as its own ``predict``/``predict_proba`` do.
+* Covers (``sum_hessian``, the training hessian that reached each node) are kept for
+  TreeSHAP; the JSON holds them as float32, which ``pred_contribs`` computes with.
 * pandas categories: XGBoost 3.1+ stores the training categories (``cats``) and
   re-codes a DataFrame's categorical columns against them; the Forest records them as
   ``pandas_categories``. XGBoost rejects a category it never saw, and so does
@@ -29,7 +31,6 @@ Semantics, checked against XGBoost 3.2 by ``tests/test_xgboost.py``:
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from typing import Any, Sequence
@@ -39,7 +40,7 @@ import numpy as np
 from ..errors import ModelFormatError, UnsupportedModelError
 from ..model.builder import Tree, build_forest, float_array, int_array
 from ..model.forest import MAX_CATEGORY, Forest
-from . import ubjson
+from . import numbers, ubjson
 
 # objective → (post-transform, link from output-space base_score to margin space)
 _OBJECTIVES: dict[str, tuple[str, str]] = {
@@ -113,7 +114,7 @@ def parse_document(data: bytes) -> dict:
         raise ModelFormatError("an XGBoost model must start with '{' (JSON or UBJSON)")
     if head[1:].lstrip()[:1] in (b'"', b"}"):
         try:
-            doc = json.loads(data.decode("utf-8"))
+            doc = numbers.loads_json(data.decode("utf-8"))
         except UnicodeDecodeError as exc:
             raise ModelFormatError(f"the JSON model is not valid UTF-8: {exc}") from None
         except RecursionError:
@@ -204,6 +205,9 @@ def forest_from_document(doc: dict, n_iterations: int | None = None) -> Forest:
     learner = _get(doc, "learner", "model")
     version = doc.get("version")
     source = "xgboost"
+    if isinstance(version, np.ndarray) and version.dtype.kind == "f":
+        # Read as numbers by frontends/numbers.py: whole ones are the version's ints.
+        version = [int(v) if v.is_integer() else v for v in version.tolist()]
     if isinstance(version, (list, np.ndarray)) and len(version) == 3 and all(
             isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in version):
         source = "xgboost " + ".".join(str(int(v)) for v in version)
@@ -249,6 +253,7 @@ def forest_from_document(doc: dict, n_iterations: int | None = None) -> Forest:
     feature_names = _feature_names(learner, n_features)
     return build_forest(
         trees, n_features=n_features, n_outputs=n_outputs, base_score=base_margin,
+        trees_per_round=_trees_per_round(model, trees, n_outputs), leaf_layout="trees_1d",
         post_transform=transform, input_dtype=np.float32, category_rule="nonnegative",
         negative_category="not_in_set", flat_output=True, feature_names=feature_names,
         pandas_categories=_pandas_categories(model, feature_names),
@@ -346,6 +351,24 @@ def _read_trees(model: dict, n_features: int, n_outputs: int,
     return trees
 
 
+def _trees_per_round(model: dict, trees: list[Tree], n_outputs: int) -> int:
+    """How many trees a boosting round adds: ``iteration_indptr``'s step (XGBoost 2+),
+    else ``num_parallel_tree`` times the classes a round boosts (one vector-leaf tree
+    boosts them all)."""
+    indptr = model.get("iteration_indptr")
+    if indptr is not None and len(indptr) > 1:
+        steps = np.unique(np.diff(int_array(indptr, "iteration_indptr", 0)))
+        if len(steps) != 1 or steps[0] < 1:
+            raise ModelFormatError(f"iteration_indptr: rounds of {steps.tolist()} trees; "
+                                   "every round must add the same number")
+        return int(steps[0])
+    param = _get(model, "gbtree_model_param", "gradient_booster.model")
+    parallel = _param_int(param.get("num_parallel_tree", "1"), "num_parallel_tree", lo=1)
+    vector = bool(trees) and np.ndim(trees[0].leaf_value) == 2 and \
+        np.shape(trees[0].leaf_value)[1] > 1
+    return parallel * (1 if vector else n_outputs)
+
+
 def _trees_in_iterations(model: dict, num_trees: int, n_iterations: int) -> int:
     """How many trees the first ``n_iterations`` boosting rounds hold."""
     indptr = model.get("iteration_indptr")
@@ -380,6 +403,9 @@ def _read_tree(raw: Any, t: int, output: int, n_features: int, n_outputs: int,
     feature = node_array("split_indices", int_array, lo=0, hi=2**63 - 1)
     cond = node_array("split_conditions", float_array).astype(_F32).astype(np.float64)
     default_left = node_array("default_left", int_array, lo=0, hi=1).astype(bool)
+    # The training hessian that reached each node: TreeSHAP's cover (absent: none).
+    cover = node_array("sum_hessian", float_array).astype(_F32).astype(np.float64) \
+        if "sum_hessian" in raw else None
     split_type = np.zeros(n, dtype=np.int64)
     if "split_type" in raw:
         split_type = node_array("split_type", int_array, lo=0, hi=1)
@@ -430,13 +456,16 @@ def _read_tree(raw: Any, t: int, output: int, n_features: int, n_outputs: int,
     default_left = np.where(is_cat, ~default_left, default_left)
 
     keep = _reachable(left, right, leaf, where, num_deleted)
+    node_id = np.arange(n)  # pred_leaf's numbering: the file's, deleted nodes included
     if keep is not None:
-        left, right, feature, cond, default_left, values, categories = _compact(
-            keep, left, right, feature, cond, default_left, values, categories)
+        left, right, feature, cond, default_left, values, categories, node_id = _compact(
+            keep, left, right, feature, cond, default_left, values, categories, node_id)
+        cover = None if cover is None else cover[keep]
         leaf = left < 0
     return Tree(left=left, right=np.where(leaf, -1, right), feature=np.where(leaf, 0, feature),
                 threshold=np.where(leaf, 0.0, cond), leaf_value=values,
-                default_left=default_left, categories=categories, output=output)
+                default_left=default_left, categories=categories, output=output,
+                source_id=node_id, cover=cover)
 
 
 def _vector_leaves(raw: dict, where: str, n: int, width: int, leaf: np.ndarray,

@@ -30,14 +30,13 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from dataclasses import replace as _replace_fields
 from math import floor
 from typing import Any
 
 import numpy as np
 
 from ..errors import InputError, TilingError
-from ..model.forest import _NODE_ARRAYS, Forest
+from ..model.forest import Forest
 from ..model.inputs import as_matrix
 from ..reference import global_leaves
 from .tiling import TilingPlan, _global_children, uniform_tiling
@@ -208,8 +207,7 @@ def permute_trees(forest: Forest, order: Any) -> Forest:
     """The same forest with its trees in ``order`` (a permutation of the tree indices):
     tree ``i`` of the result is tree ``order[i]`` of ``forest``.
 
-    Node arrays move with their trees; category sets and linear-leaf coefficients live in
-    shared storage that nodes index by offset, so they stay as they are. Predictions are
+    Node arrays move with their trees (:meth:`Forest.take_trees`). Predictions are
     unchanged up to the order of the floating-point sums.
 
     >>> permute_trees(forest, [1, 0]).tree_output                   # doctest: +SKIP
@@ -219,19 +217,7 @@ def permute_trees(forest: Forest, order: Any) -> Forest:
             or not np.array_equal(np.sort(order), np.arange(forest.n_trees))):
         raise TilingError(f"a tree order must be a permutation of the {forest.n_trees} "
                           f"tree indices, not {order.tolist()!r}")
-    sizes = forest.tree_sizes[order]
-    offsets = np.concatenate([[0], np.cumsum(sizes)])
-    # Global id, in the old forest, of each node of the new one.
-    take = np.repeat(forest.tree_offsets[:-1][order] - offsets[:-1], sizes) \
-        + np.arange(forest.n_nodes)
-    changes: dict[str, Any] = {name: getattr(forest, name)[take]
-                               for name in [*_NODE_ARRAYS, "leaf_value"]}
-    if forest.linear is not None:
-        lin = forest.linear
-        changes["linear"] = _replace_fields(lin, offset=lin.offset[take],
-                                            count=lin.count[take], const=lin.const[take])
-    return forest.replace(tree_offsets=offsets, tree_output=forest.tree_output[order],
-                          **changes)
+    return forest.take_trees(order)
 
 
 def _greedy_tiles(root: int, children: np.ndarray, is_leaf: np.ndarray,

@@ -26,6 +26,8 @@ class Tree:
     ``categories`` maps a node to the categories for which its test holds (the node then
     goes left and must have ``split_op`` ``OP_CAT``; the builder sets that). ``linear``
     maps a leaf to ``(const, features, coefficients)``. Scalars broadcast to every node.
+    ``cover`` and ``source_id`` are the Forest's optional per-node arrays (its module
+    docstring): give both for every tree of a forest, or for none.
     """
 
     left: Sequence[int] | np.ndarray
@@ -39,6 +41,8 @@ class Tree:
     categories: Mapping[int, Iterable[int]] | None = None
     linear: Mapping[int, tuple[float, Sequence[int], Sequence[float]]] | None = None
     output: int = 0
+    cover: Sequence[float] | np.ndarray | None = None
+    source_id: Sequence[int] | np.ndarray | None = None
 
 
 def int_array(values: Any, what: str, lo: int = _INT32.min, hi: int = _INT32.max) -> np.ndarray:
@@ -77,8 +81,36 @@ def _broadcast(value: Any, n: int, what: str, kind: str) -> np.ndarray:
     return arr.astype(bool) if kind == "b" else arr
 
 
-def _bitset(cats: Iterable[int], what: str) -> np.ndarray:
-    c = int_array(list(cats), what, 0, MAX_CATEGORY)
+# Category sets are stored as bitsets, whose size follows the largest category, not the
+# number listed: a 3 KB file naming category 2^24 - 1 at three nodes asked for 6 MB. The
+# bitsets may take this many words beyond BITSET_WORDS_PER_CATEGORY for every category the
+# file lists; more is refused before it is allocated (issue 26: memory proportional to
+# the file).
+MAX_UNBACKED_BITSET_WORDS = 1 << 22  # 16 MB
+BITSET_WORDS_PER_CATEGORY = 32
+
+
+class _BitsetBudget:
+    """Counts the categories listed and the words their bitsets need, across a forest."""
+
+    def __init__(self) -> None:
+        self.listed = 0
+        self.words = 0
+
+    def bitset(self, cats: Iterable[int], what: str) -> np.ndarray:
+        c = int_array(list(cats), what, 0, MAX_CATEGORY)
+        self.listed += c.size
+        self.words += int(c.max()) // 32 + 1 if c.size else 1
+        allowed = MAX_UNBACKED_BITSET_WORDS + BITSET_WORDS_PER_CATEGORY * self.listed
+        if self.words > allowed:
+            raise ModelFormatError(
+                f"{what}: the category sets need {self.words * 4 / 2**20:.0f} MB of "
+                f"bitsets for {self.listed} listed categories (at most "
+                f"{allowed * 4 / 2**20:.0f} MB): categories far larger than the sets hold")
+        return _bitset(c)
+
+
+def _bitset(c: np.ndarray) -> np.ndarray:
     words = np.zeros(int(c.max()) // 32 + 1 if c.size else 1, dtype=np.uint32)
     np.bitwise_or.at(words, c // 32, (np.uint32(1) << (c % 32).astype(np.uint32)))
     return words
@@ -100,6 +132,23 @@ def check_outputs(n_outputs: int, values: int, where: str) -> None:
                                f"{values} values for them")
 
 
+def _optional_arrays(trees: Sequence[Tree]) -> dict[str, np.ndarray | None]:
+    """The optional per-node arrays, concatenated: present when every tree has them."""
+    found: dict[str, np.ndarray | None] = {}
+    for name, convert in (("cover", float_array), ("source_id", int_array)):
+        given = [getattr(t, name) for t in trees]
+        if any(g is None for g in given):
+            found[name] = None
+            continue
+        parts = [convert(g, f"tree {t}: {name}").reshape(-1) for t, g in enumerate(given)]
+        for t, (part, tree) in enumerate(zip(parts, trees)):
+            if len(part) != len(tree.left):
+                raise ModelFormatError(f"tree {t}: {len(part)} {name} values for "
+                                       f"{len(tree.left)} nodes")
+        found[name] = np.concatenate(parts)
+    return found
+
+
 def build_forest(trees: Sequence[Tree], *, n_features: int, n_outputs: int,
                  base_score: Any = 0.0, linear_leaves: bool = False,
                  **model: Any) -> Forest:
@@ -117,6 +166,7 @@ def build_forest(trees: Sequence[Tree], *, n_features: int, n_outputs: int,
         "cat_offset", "cat_words", "leaf_value")}
     lin_off, lin_cnt, lin_const, lin_feat, lin_coeff = [], [], [], [], []
     bitset: list[np.ndarray] = []
+    budget = _BitsetBudget()
     n_bitset = 0
     n_lin = 0
     sizes, outputs = [], []
@@ -147,7 +197,7 @@ def build_forest(trees: Sequence[Tree], *, n_features: int, n_outputs: int,
             if not 0 <= node < n:
                 raise ModelFormatError(f"{where}: categories given for node {node}, "
                                        f"which does not exist")
-            words = _bitset(cats, f"{where}, node {node}: categories")
+            words = budget.bitset(cats, f"{where}, node {node}: categories")
             split_op[node] = OP_CAT
             cat_offset[node] = n_bitset
             cat_words[node] = len(words)
@@ -196,6 +246,7 @@ def build_forest(trees: Sequence[Tree], *, n_features: int, n_outputs: int,
     if len(widths) != 1:
         raise ModelFormatError(f"trees disagree on the leaf width: {sorted(widths)}")
     arrays = {k: np.concatenate(v) for k, v in cols.items()}
+    arrays.update(_optional_arrays(trees))
     linear = None
     if linear_leaves:
         linear = LinearLeaves(

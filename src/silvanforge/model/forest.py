@@ -35,6 +35,22 @@ library's predicted value. The margin is that same number, except where the libr
 raw score is the plain sum of an averaging model (LightGBM's random forests):
 ``average_in_margin=False`` says so.
 
+Two optional per-node arrays serve outputs other than predictions (None when the source
+lacks them): ``cover`` is the training weight that reached each node (XGBoost's
+``sum_hessian``, LightGBM's data counts, scikit-learn's ``weighted_n_node_samples``), which
+TreeSHAP needs; ``source_id`` is the number the source library's own leaf output gives
+each node (XGBoost, scikit-learn and ONNX node ids, LightGBM's leaf index within its tree);
+None means the tree-local node index for a forest built by hand (no ``source``), and "no
+ids" for one loaded from a library (an older SilvanForge's saved predictor): leaf output
+then refuses it rather than guess.
+
+``trees_per_round`` is how many trees one boosting round adds (classes × parallel trees;
+1 for bagged forests): :meth:`Forest.slice` keeps whole rounds, as XGBoost's
+``iteration_range`` does. ``leaf_layout`` is the shape of the library's leaf output:
+``"trees"`` (rows, trees), ``"trees_1d"`` the same but 1-D for a single tree (XGBoost's),
+or ``"rounds"`` (rows, rounds, trees_per_round), scikit-learn's GradientBoosting
+classifiers' ``apply``.
+
 ``pandas_categories`` gives the training categories of pandas categorical columns, whose
 index in that list is the code the trees see: a mapping matches columns by name (XGBoost
 3.1+, scikit-learn), and a categorical column it does not name is read by its values, as
@@ -52,13 +68,13 @@ XGBoost, whose DMatrix reads absent entries as missing).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from types import MappingProxyType
 from typing import Any, Mapping
 
 import numpy as np
 
-from ..errors import ModelFormatError
+from ..errors import InputError, ModelFormatError
 from . import transforms
 
 OP_LT, OP_LE, OP_EQ, OP_CAT = 0, 1, 2, 3
@@ -82,6 +98,11 @@ _NODE_ARRAYS = {
     "cat_offset": np.int64,
     "cat_words": np.int32,
 }
+
+# Per-node arrays a forest may lack (see the module docstring).
+_OPTIONAL_NODE_ARRAYS = {"cover": np.float64, "source_id": np.int64}
+# The shape of the library's leaf output (module docstring).
+LEAF_LAYOUTS = ("trees", "trees_1d", "rounds")
 
 
 @dataclass(frozen=True, eq=False)
@@ -147,6 +168,11 @@ class Forest:
     sparse_absent: str = "zero"
     objective: str = ""
     source: str = ""
+    trees_per_round: int = 1
+    leaf_layout: str = "trees"
+    # optional, per node
+    cover: np.ndarray | None = None
+    source_id: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -162,12 +188,16 @@ class Forest:
         if leaf_value.ndim == 1:
             leaf_value = leaf_value[:, None]
         set_(self, "leaf_value", _frozen(leaf_value, np.float64))
+        for name, dtype in _OPTIONAL_NODE_ARRAYS.items():
+            if getattr(self, name) is not None:
+                set_(self, name, _frozen(getattr(self, name), dtype))
         set_(self, "tree_offsets", _frozen(self.tree_offsets, np.int64))
         set_(self, "tree_output", _frozen(self.tree_output, np.int32))
         set_(self, "cat_bitset", _frozen(self.cat_bitset, np.uint32))
         set_(self, "base_score", _frozen(np.atleast_1d(self.base_score), np.float64))
         set_(self, "n_features", int(self.n_features))
         set_(self, "n_outputs", int(self.n_outputs))
+        set_(self, "trees_per_round", int(self.trees_per_round))
         set_(self, "input_dtype", np.dtype(self.input_dtype))
         set_(self, "transform_params", MappingProxyType(dict(self.transform_params)))
         cats = self.pandas_categories
@@ -263,6 +293,66 @@ class Forest:
         if not 0 <= t < self.n_trees:
             raise IndexError(f"tree {t} out of range (forest has {self.n_trees} trees)")
         return slice(int(self.tree_offsets[t]), int(self.tree_offsets[t + 1]))
+
+    def node_fields(self) -> list[str]:
+        """The names of the per-node arrays this forest has (the optional ones when
+        present; ``linear`` aside): what code that reorders or drops nodes must carry."""
+        return [*_NODE_ARRAYS, "leaf_value",
+                *(n for n in _OPTIONAL_NODE_ARRAYS if getattr(self, n) is not None)]
+
+    @property
+    def n_rounds(self) -> int:
+        """How many boosting rounds (of ``trees_per_round`` trees each) the forest has."""
+        return self.n_trees // self.trees_per_round
+
+    def take_trees(self, trees: Any) -> "Forest":
+        """The forest of trees ``trees`` (tree indices, in the order given): tree ``i`` of
+        the result is tree ``trees[i]`` of this one. Every per-node array
+        (:meth:`node_fields`, linear leaves') moves with its tree; category sets and
+        linear-leaf coefficients are shared storage that nodes index by offset, so they
+        stay whole. Model-level fields stay as they are.
+
+        >>> forest.take_trees([2, 0]).n_trees                    # doctest: +SKIP
+        2
+        """
+        order = np.asarray(trees, dtype=np.int64).reshape(-1)
+        sizes = self.tree_sizes[order]
+        offsets = np.concatenate([[0], np.cumsum(sizes)])
+        # Global id, in this forest, of each node of the new one.
+        take = np.repeat(self.tree_offsets[:-1][order] - offsets[:-1], sizes) \
+            + np.arange(int(offsets[-1]))
+        changes: dict[str, Any] = {name: getattr(self, name)[take]
+                                   for name in self.node_fields()}
+        if self.linear is not None:
+            lin = self.linear
+            changes["linear"] = replace(lin, offset=lin.offset[take],
+                                        count=lin.count[take], const=lin.const[take])
+        return self.replace(tree_offsets=offsets, tree_output=self.tree_output[order],
+                            **changes)
+
+    def slice(self, begin: int, end: int) -> "Forest":
+        """The trees of boosting rounds ``begin`` to ``end`` (excluded), XGBoost's
+        ``iteration_range``: every class's trees and every parallel tree of those rounds;
+        ``end`` 0 means the last round, so ``(0, 0)`` keeps every tree. Base score,
+        transform and averaging stay (an averaging forest averages the trees kept).
+
+        >>> forest.slice(0, 10).n_trees == 10 * forest.trees_per_round  # doctest: +SKIP
+        True
+        """
+        rounds = self.n_rounds
+        for name, value in (("begin", begin), ("end", end)):
+            if isinstance(value, (bool, np.bool_)) or not isinstance(value,
+                                                                     (int, np.integer)):
+                raise InputError(f"iteration_range {name} must be an int, not {value!r}")
+        begin, end = int(begin), int(end) or rounds
+        if not 0 <= begin < end <= rounds:
+            raise InputError(f"iteration_range ({begin}, {end}) is out of range: the model "
+                             f"has {rounds} rounds of {self.trees_per_round} tree(s); give "
+                             f"0 <= begin < end <= {rounds} (end 0 means {rounds})")
+        if (begin, end) == (0, rounds):
+            return self
+        k = self.trees_per_round
+        return self.take_trees(np.arange(begin * k, end * k))
 
     def category_set(self, node: int) -> np.ndarray:
         """The categories of a categorical node (global node index), sorted."""
@@ -383,6 +473,11 @@ def _validate(f: Forest) -> np.ndarray:
         raise ModelFormatError(f"unknown unseen-category rule {f.unseen_category!r}")
     if f.sparse_absent not in ("zero", "missing"):
         raise ModelFormatError(f"unknown sparse-absent rule {f.sparse_absent!r}")
+    if f.trees_per_round < 1 or f.n_trees % f.trees_per_round:
+        raise ModelFormatError(f"{f.n_trees} trees are not whole rounds of "
+                               f"{f.trees_per_round} trees (trees_per_round)")
+    if f.leaf_layout not in LEAF_LAYOUTS:
+        raise ModelFormatError(f"unknown leaf layout {f.leaf_layout!r}")
     if f.feature_names is not None and len(f.feature_names) != f.n_features:
         raise ModelFormatError(f"{len(f.feature_names)} feature names for "
                                f"{f.n_features} features")
@@ -408,6 +503,15 @@ def _validate(f: Forest) -> np.ndarray:
     _fail(f, leaf & ~np.all(np.isfinite(f.leaf_value), axis=1), "leaf value is not finite")
     if f.linear is not None:
         _validate_linear(f, leaf)
+    for name in _OPTIONAL_NODE_ARRAYS:
+        if getattr(f, name) is not None and getattr(f, name).shape != (n,):
+            raise ModelFormatError(f"node array {name!r} has shape "
+                                   f"{getattr(f, name).shape}, expected ({n},)")
+    if f.cover is not None:
+        _fail(f, ~np.isfinite(f.cover) | (f.cover < 0), "cover is negative or not finite")
+    if f.source_id is not None:
+        _fail(f, (f.source_id < 0) | (f.source_id > np.iinfo(np.int32).max),
+              "source node id out of range [0, 2^31 - 1]")
 
     # A tree: the root has no parent, every other node exactly one, and a walk from the
     # roots reaches every node (which rules out cycles).

@@ -19,6 +19,10 @@ _ARRAYS = ("feature", "threshold", "left", "right", "default_left", "split_op", 
            "cat_offset", "cat_words", "leaf_value", "tree_offsets", "tree_output",
            "cat_bitset", "base_score")
 _LINEAR = ("offset", "count", "const", "feature", "coeff")
+# Arrays a forest may lack (Forest's module docstring): saved only when present.
+_OPTIONAL = ("cover", "source_id")
+# The arrays no prediction kernel reads (outputs other than predictions do).
+NOT_PREDICTED = frozenset(_OPTIONAL)
 
 
 def _plain(value: Any) -> Any:
@@ -35,11 +39,13 @@ def _plain(value: Any) -> Any:
 def to_arrays(forest: Forest) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """The Forest's arrays (by name) and its other fields as a JSON-able dict."""
     arrays = {name: getattr(forest, name) for name in _ARRAYS}
+    arrays.update({name: getattr(forest, name) for name in _OPTIONAL
+                   if getattr(forest, name) is not None})
     if forest.linear is not None:
         arrays.update({f"linear_{n}": getattr(forest.linear, n) for n in _LINEAR})
     meta = {}
     for f in fields(forest):
-        if f.name in _ARRAYS or f.name == "linear":
+        if f.name in _ARRAYS or f.name in _OPTIONAL or f.name == "linear":
             continue
         value = getattr(forest, f.name)
         meta[f.name] = value.name if f.name == "input_dtype" else _plain(value)
@@ -53,6 +59,7 @@ def from_arrays(arrays: Mapping[str, np.ndarray], meta: dict[str, Any]) -> Fores
     """Rebuild (and so re-validate) a Forest from :func:`to_arrays`' output."""
     try:
         values = {name: arrays[name] for name in _ARRAYS}
+        values.update({name: arrays[name] for name in _OPTIONAL if name in arrays})
         if "linear_offset" in arrays:
             values["linear"] = LinearLeaves(**{n: arrays[f"linear_{n}"] for n in _LINEAR})
         meta = dict(meta)

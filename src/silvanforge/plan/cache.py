@@ -62,7 +62,9 @@ _INPUT_RULES = ("sparse_absent", "unseen_category")
 
 
 def model_hash(forest: Forest) -> str:
-    """sha256 of the Forest's arrays (name, dtype, shape, bytes) and its metadata.
+    """sha256 of the Forest's arrays (name, dtype, shape, bytes) and its metadata; the
+    optional arrays that no prediction reads (``serialize.NOT_PREDICTED``) left out, so
+    a frontend that starts reading them keeps the tuned entries of its models.
 
     >>> len(model_hash(forest))                                   # doctest: +SKIP
     64
@@ -74,6 +76,8 @@ def model_hash(forest: Forest) -> str:
         meta.pop(name, None)
     digest = hashlib.sha256()
     for name in sorted(arrays):
+        if name in serialize.NOT_PREDICTED:
+            continue  # covers and source ids change no prediction kernel
         a = np.ascontiguousarray(arrays[name])
         digest.update(f"{name}:{a.dtype.str}:{a.shape}".encode())
         digest.update(a.tobytes())

@@ -17,6 +17,8 @@ from .plan import checked_jobs
 # The ``compile`` keywords a configuration may set beyond schedule, representation and
 # thread count, and their types (what a template axis with ``option=True`` may name).
 OPTIONS = {"tile_size": int, "tiling": str, "precision": str}
+# The tuner's point for the default plan (tune/space.py).
+DEFAULT_ORDER = "default"
 
 
 @dataclass(frozen=True)
@@ -54,8 +56,18 @@ class Configuration:
     seconds: float | None = None
     search: str | None = None
 
+    @property
+    def is_default(self) -> bool:
+        """Whether the search found SilvanForge's default plan fastest (its point is the
+        tuner's ``default`` order): ``compile`` then plans as without a schedule
+        (small-batch kernel and per-call threads included); ``schedule`` and
+        ``representation`` say what that plan was when tuned."""
+        return self.point.get("order") == DEFAULT_ORDER
+
     def compile_kwargs(self) -> dict[str, Any]:
         """The keywords of ``silvanforge.compile`` this configuration sets."""
+        if self.is_default:
+            return {"n_jobs": self.n_jobs}
         return {"schedule": self.schedule, "representation": self.representation,
                 "n_jobs": self.n_jobs, **self.options}
 
@@ -101,6 +113,6 @@ class Configuration:
     def of(cls, result: Any, batch_size: int, search: str) -> "Configuration":
         """The configuration of an ``explore.Result``."""
         options = dict(result.options)
-        return cls(schedule=result.schedule, representation=options.pop("representation"),
+        return cls(schedule=result.schedule, representation=options.pop("representation", ""),
                    n_jobs=result.threads, options=options, point=result.point,
                    batch_size=batch_size, seconds=result.seconds, search=search)

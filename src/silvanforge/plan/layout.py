@@ -72,7 +72,8 @@ def profile(model: Any, X: Any) -> Profile:
 class Layout:
     """What the tiling options decide: the forest (trees possibly reordered), the tile
     size and tiling, a tiling's labels when not uniform, and the representation and
-    schedule to use when the user names none (None: the usual defaults)."""
+    schedule to use when the user names none (None: the usual defaults); ``tree_order``
+    says which tree of the given forest each tree of ``forest`` is (None: the same)."""
 
     forest: Forest
     tile_size: int
@@ -80,6 +81,7 @@ class Layout:
     node_tile: np.ndarray | None = None
     representation: str | None = None
     schedule: str | None = None
+    tree_order: np.ndarray | None = None
 
 
 def plan_layout(forest: Forest, tile_size: int | None, tiling: str | None,
@@ -112,7 +114,8 @@ def plan_layout(forest: Forest, tile_size: int | None, tiling: str | None,
     nodes = np.concatenate([np.arange(forest.tree_offsets[t], forest.tree_offsets[t + 1])
                             for t in order])
     return Layout(permute_trees(forest, order), tile_size, tiling, labels[nodes],
-                  representation="sparse", schedule=grouped_schedule(groups))
+                  representation="sparse", schedule=grouped_schedule(groups),
+                  tree_order=np.asarray(order, dtype=np.int64))
 
 
 def grouped_schedule(groups: list[tuple[int, int]]) -> str:

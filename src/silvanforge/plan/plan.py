@@ -13,13 +13,14 @@ representation: array, float32 thresholds
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import numpy as np
 
 from ..errors import InputError, ModelFormatError, SilvanForgeError
 from ..model.forest import Forest
+from ..model.leaf_ids import leaf_id_forest
 from ..representations import REGISTRY
 from ..schedule import Schedule
 
@@ -52,7 +53,25 @@ def checked_jobs(value: Any, source: str = "n_jobs",
 _SAVED_TYPES: dict[str, Any] = {
     "target": str, "precision": str, "schedule": str, "cpu": (str, type(None)),
     "small_schedule": (str, type(None)), "small_batch": int, "sized_threads": bool,
-    "rows_per_thread": int, "tile_size": int, "tiling": str}
+    "rows_per_thread": int, "tile_size": int, "tiling": str, "outputs": list}
+
+# Outputs beyond value and margin whose kernels a plan may ask to build at once (they
+# are built on first use otherwise): "leaf" (runtime/predictor.py, docs/OUTPUTS.md).
+EAGER_OUTPUTS = ("leaf",)
+
+
+def checked_outputs(outputs: Any, error: type[SilvanForgeError] = InputError
+                    ) -> tuple[str, ...]:
+    """``outputs`` (a sequence of :data:`EAGER_OUTPUTS` names) as a sorted tuple.
+
+    >>> checked_outputs(["leaf"])
+    ('leaf',)
+    """
+    if isinstance(outputs, str) or not all(isinstance(o, str) and o in EAGER_OUTPUTS
+                                           for o in outputs):
+        raise error(f"outputs must be a sequence of {', '.join(map(repr, EAGER_OUTPUTS))}, "
+                    f"not {outputs!r:.60}")
+    return tuple(sorted(set(outputs)))
 
 
 @dataclass(frozen=True, eq=False)
@@ -68,7 +87,9 @@ class Plan:
     ``rows_per_thread`` rows (the schedule is SilvanForge's: its row blocks run in
     parallel). ``tile_size`` > 1 walks tiles of that many nodes, tiled ``tiling``
     ("uniform", or "probability" from a profile: ``node_tile`` then holds the tiling's
-    per-node labels, and ``forest`` may have its trees reordered).
+    per-node labels, and ``forest`` may have its trees reordered: tree ``i`` is the
+    model's tree ``tree_order[i]``). ``outputs``: kernels for other outputs to build at
+    once (:data:`EAGER_OUTPUTS`; others are built on first use).
     """
 
     forest: Forest
@@ -85,6 +106,8 @@ class Plan:
     tile_size: int = 1
     tiling: str = "uniform"
     node_tile: np.ndarray | None = field(default=None, repr=False)
+    tree_order: np.ndarray | None = field(default=None, repr=False)
+    outputs: tuple[str, ...] = ()
 
     @property
     def schedules(self) -> list[Schedule]:
@@ -96,18 +119,20 @@ class Plan:
         """The plan as JSON values, without the forest and the tiling's labels (saved
         beside it as arrays)."""
         out = {f.name: getattr(self, f.name) for f in fields(self)
-               if f.name not in ("forest", "node_tile")}
+               if f.name not in ("forest", "node_tile", "tree_order")}
+        out["outputs"] = list(self.outputs)
         out["schedule"] = str(self.schedule)
         out["small_schedule"] = str(self.small_schedule) if self.small_schedule else None
         return out
 
     @classmethod
     def from_json(cls, forest: Forest, data: dict[str, Any],
-                  node_tile: np.ndarray | None = None) -> "Plan":
+                  node_tile: np.ndarray | None = None,
+                  tree_order: np.ndarray | None = None) -> "Plan":
         """The plan :meth:`to_json` wrote, for ``forest`` (its schedules read again)."""
         if not isinstance(data, dict):
             raise ModelFormatError(f"the plan is a JSON object, not {data!r:.40}")
-        known = {f.name for f in fields(cls)} - {"forest", "node_tile"}
+        known = {f.name for f in fields(cls)} - {"forest", "node_tile", "tree_order"}
         values = {k: v for k, v in data.items() if k in known}
         for name, kinds in _SAVED_TYPES.items():
             if name in values and not (isinstance(values[name], kinds) and (
@@ -127,9 +152,24 @@ class Plan:
         if values.get("small_batch", 0) > 0 and not small:
             raise ModelFormatError(f"the plan's small_batch {values['small_batch']} has no "
                                    "small_schedule")
+        values["outputs"] = checked_outputs(values.get("outputs", ()), ModelFormatError)
+        if tree_order is not None and not np.array_equal(np.sort(tree_order),
+                                                         np.arange(forest.n_trees)):
+            raise ModelFormatError("the plan's tree order is not a permutation of the trees")
         values["schedule"] = Schedule.parse(values["schedule"], forest.n_trees)
         values["small_schedule"] = Schedule.parse(small, forest.n_trees) if small else None
-        return cls(forest=forest, node_tile=node_tile, **values)
+        return cls(forest=forest, node_tile=node_tile, tree_order=tree_order, **values)
+
+    def leaf_plan(self) -> "Plan":
+        """The plan of this one's leaf output: the same choices for the forest whose
+        prediction is the leaf ids (:func:`silvanforge.model.leaf_ids.leaf_id_forest`),
+        each tree writing the column of its place in the model.
+
+        >>> plan.leaf_plan().forest.n_outputs == plan.forest.n_trees  # doctest: +SKIP
+        True
+        """
+        return replace(self, forest=leaf_id_forest(self.forest, self.tree_order),
+                       outputs=())
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Plan) and self.to_json() == other.to_json()
@@ -150,6 +190,8 @@ class Plan:
                 f", at most one per {self.rows_per_thread} rows a call"
                 if self.sized_threads else " (as the schedule says)"))
         lines += ["schedule:"] + [f"  {line}" for line in str(self.schedule).splitlines()]
+        if self.outputs:
+            lines.append(f"kernels built at once for outputs: {', '.join(self.outputs)}")
         if self.small_schedule:
             lines += [f"batches of up to {self.small_batch} rows:"] + [
                 f"  {line}" for line in str(self.small_schedule).splitlines()]

@@ -43,7 +43,7 @@ from ..schedule.library import GPU_SCHEDULES, LIBRARY
 from . import cache, gpu_template
 from .configuration import Configuration
 from .layout import plan_layout
-from .plan import MAX_JOBS, Plan, checked_jobs
+from .plan import MAX_JOBS, Plan, checked_jobs, checked_outputs
 
 PRECISIONS = ("float32", "float64")
 # Batches of at most this many rows take the small-batch kernel when there is one
@@ -163,7 +163,7 @@ def make_plan(forest: Forest, target: str = "cpu", schedule: Any = None,
               representation: str | None = None, precision: str | None = None,
               n_jobs: int | None = None, tile_size: int | None = None,
               tiling: str | None = None, profile: Any = None,
-              cpu: str | None = None) -> Plan:
+              cpu: str | None = None, outputs: Any = ()) -> Plan:
     """The :class:`Plan` for ``forest`` on ``target`` with ``compile``'s options (see
     :func:`silvanforge.compile` for each; the module docstring says how what is left
     open is chosen).
@@ -172,14 +172,20 @@ def make_plan(forest: Forest, target: str = "cpu", schedule: Any = None,
     reorder(tree, batch)
     """
     device = target_info(target).device
+    outputs = checked_outputs(outputs)
     if device == "gpu":
+        if outputs:
+            raise InputError(f"outputs={list(outputs)} are CPU outputs for now; target "
+                             f"{target!r} predicts values and margins")
         return _gpu_plan(forest, target, schedule, representation, precision, tile_size,
                          tiling, profile, cpu)
     cpu = "native" if cpu is None else cpu
     if _tuned(schedule):
-        return make_plan(forest, target, cpu=cpu, **tuned_options(forest, schedule, {
-            "representation": representation, "precision": precision, "n_jobs": n_jobs,
-            "tile_size": tile_size, "tiling": tiling, "profile": profile}, cpu))
+        given = {"representation": representation, "precision": precision,
+                 "n_jobs": n_jobs, "tile_size": tile_size, "tiling": tiling,
+                 "profile": profile}
+        return make_plan(forest, target, cpu=cpu, outputs=outputs,
+                         **tuned_options(forest, schedule, given, cpu))
     features = frozenset(cpu_target(cpu).enabled())
     jobs = default_jobs() if n_jobs is None else checked_jobs(n_jobs)
     layout = plan_layout(forest, tile_size, tiling, profile)
@@ -202,7 +208,7 @@ def make_plan(forest: Forest, target: str = "cpu", schedule: Any = None,
                 small_schedule=small, small_batch=SMALL_BATCH if small else 0,
                 sized_threads=schedule is None, rows_per_thread=rows_per_thread(forest),
                 tile_size=layout.tile_size, tiling=layout.tiling,
-                node_tile=layout.node_tile)
+                node_tile=layout.node_tile, tree_order=layout.tree_order, outputs=outputs)
 
 
 def _gpu_plan(forest: Forest, target: str, schedule: Any, representation: str | None,

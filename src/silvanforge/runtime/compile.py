@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 from ..backends import target_info
+from ..errors import InputError
 from ..frontends import load
 from ..plan import make_plan
 from . import gc_pause, guard
@@ -27,7 +28,8 @@ def compile(model: Any, target: str = "cpu", schedule: Any = None,
             representation: str | None = None, precision: str | None = None,
             n_jobs: int | None = None, tile_size: int | None = None,
             tiling: str | None = None, profile: Any = None,
-            cpu: str | None = None) -> Predictor | GPUPredictor:
+            cpu: str | None = None, iteration_range: tuple[int, int] | None = None,
+            outputs: Any = ()) -> Predictor | GPUPredictor:
     """Compile a model (anything :func:`silvanforge.load` takes) into a :class:`Predictor`
     (``target`` "cpu") or a GPU predictor (``target`` "opencl" or "cuda"; docs/GPU.md).
 
@@ -69,14 +71,23 @@ def compile(model: Any, target: str = "cpu", schedule: Any = None,
     device = target_info(target).device
     start = time.perf_counter()
     forest = load(model)
+    if iteration_range is not None:
+        forest = forest.slice(*_pair(iteration_range))
     loaded = time.perf_counter()
     log.info("load: %d trees, %d features (%.2f s)", forest.n_trees, forest.n_features,
              loaded - start)
     plan = make_plan(forest, target, schedule=schedule, representation=representation,
                      precision=precision, n_jobs=n_jobs, tile_size=tile_size,
-                     tiling=tiling, profile=profile, cpu=cpu)
+                     tiling=tiling, profile=profile, cpu=cpu, outputs=outputs)
     log.info("plan: %s representation, %d kernel(s) (%.2f s)", plan.representation,
              len(plan.schedules), time.perf_counter() - loaded)
     predictor = PREDICTORS[device](plan)
     log.info("compiled in %.2f s", time.perf_counter() - start)
     return predictor
+
+
+def _pair(value: Any) -> tuple[Any, Any]:
+    """``iteration_range`` as (begin, end), or InputError."""
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__len__") or len(value) != 2:
+        raise InputError(f"iteration_range must be a pair (begin, end), not {value!r:.60}")
+    return value[0], value[1]

@@ -66,6 +66,9 @@ class GPUPredictor(ForestShape):
         """
         finish = self._finish.get(output)
         if finish is None:
+            if output == "leaf":
+                raise InputError("output='leaf' runs on CPU predictors for now: compile "
+                                 "with target='cpu' for leaf ids")
             check_output(output)
         if n_jobs is not None:  # ignored, but a wrong one is wrong here as on the CPU
             checked_jobs(n_jobs)

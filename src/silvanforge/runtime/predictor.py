@@ -18,6 +18,11 @@ predictor is a program) and only on a CPU with the features it was built for (el
 is rebuilt for this CPU: object code is code, run only where it was built to run);
 ``trust_code=False`` rebuilds every kernel from the model data and the plan.
 Pickling uses the same bytes, with the code trusted (unpickling runs code anyway).
+
+``output="leaf"`` runs a second predictor, for the plan's :meth:`~Plan.leaf_plan`, built
+on the first such call (or at once when the plan's ``outputs`` name "leaf") and saved
+with this one (members ``leaf_object_code_*``), so a reloaded predictor does not build it
+again.
 """
 
 from __future__ import annotations
@@ -43,7 +48,7 @@ from ..hir import print_plan
 from ..lir import finish as kernel_finish, lower as lir_lower
 from ..lir.printer import print_lir
 from ..mir import lower as mir_lower, print_mir
-from ..model import serialize
+from ..model import leaf_ids, serialize
 from ..model.forest import Forest
 from ..model.inputs import as_rows
 from ..model.sparse import blockwise
@@ -54,6 +59,7 @@ from ..reference import check_output
 from ..representations import REGISTRY
 from ..schedule import Schedule
 from . import fork, gc_pause, guard
+from .contribs import Contributions
 from .base import ForestShape, build_representation, model_arrays, transformed
 
 # 2: kernels finish their rows (a ``finish`` argument). 3: a kernel's code may be several
@@ -62,6 +68,8 @@ from .base import ForestShape, build_representation, model_arrays, transformed
 # code rebuilt: they have no digest, so their code is never run.
 FORMAT_VERSION = 5
 DUMP_LEVELS = ("plan", "hir", "mir", "lir", "llvm")
+# What ``predict`` computes (reference.check_output's message names them).
+OUTPUTS = ("value", "margin", "leaf", "contribs")
 # A one-row call is half Python: a global is read faster than a module's.
 _SCORE = kernel_finish.SCORE
 
@@ -111,10 +119,11 @@ def _compiled(kernels: list[_Kernel], plan: Plan) -> None:
         kernel.bind(codes.pop(0) if kernel.code is None else None)
 
 
-def _object_files(archive: dict[str, np.ndarray], kernel: int) -> tuple[bytes, ...]:
-    """A saved kernel's object files: ``object_code_<kernel>_0``, ``_1``, ... ."""
-    names = itertools.takewhile(archive.__contains__,
-                                (f"object_code_{kernel}_{j}" for j in itertools.count()))
+def _object_files(archive: dict[str, np.ndarray], kernel: int,
+                  prefix: str = "") -> tuple[bytes, ...]:
+    """A saved kernel's object files: ``<prefix>object_code_<kernel>_0``, ``_1``, ... ."""
+    names = itertools.takewhile(archive.__contains__, (f"{prefix}object_code_{kernel}_{j}"
+                                                       for j in itertools.count()))
     return tuple(archive[name].tobytes() for name in names)
 
 
@@ -126,16 +135,18 @@ class Predictor(ForestShape):
     """
 
     def __init__(self, plan: Plan, object_code: tuple[tuple[bytes, ...], ...] = (),
-                 built_for: Target | None = None) -> None:
+                 built_for: Target | None = None,
+                 leaf_code: tuple[tuple[bytes, ...], ...] = ()) -> None:
         """Build ``plan``'s kernels, or load them from ``object_code`` (one tuple of
-        object files a kernel) built for ``built_for``. Code this CPU cannot run is
-        rebuilt for it, with a warning."""
+        object files a kernel) built for ``built_for``; likewise the leaf output's from
+        ``leaf_code`` when given (or when the plan's ``outputs`` ask for it). Code this
+        CPU cannot run is rebuilt for it, with a warning."""
         forest = self.forest = plan.forest
         mismatch = built_for.mismatch(Target.host()) if object_code else None
         if mismatch:
             warnings.warn(f"recompiling for this CPU: the saved code {mismatch}",
                           stacklevel=3)
-            plan, object_code = replace(plan, cpu="native"), ()
+            plan, object_code, leaf_code = replace(plan, cpu="native"), (), ()
         self.plan = plan
         self.representation = build_representation(plan)
         self._model_arrays = model_arrays(forest, self.representation)
@@ -163,6 +174,13 @@ class Predictor(ForestShape):
         self._rows_per_thread = plan.rows_per_thread if plan.sized_threads else 0
         self._finish = kernel_finish.modes(forest)
         self._flat = forest.flat_output and forest.n_outputs == 1
+        self._leaf: Predictor | None = None
+        if leaf_code or "leaf" in plan.outputs:
+            self._leaf = Predictor(plan.leaf_plan(), leaf_code, built_for)
+        # SHAP contributions: compiled on the first call that asks (runtime/contribs.py),
+        # from this saved object code when from_bytes found some.
+        self._contribs: Contributions | None = None
+        self._contribs_code: tuple[bytes, ...] = ()
 
     @property
     def schedule(self) -> Schedule:
@@ -193,19 +211,21 @@ class Predictor(ForestShape):
         """
         # A one-row call spends as long here as in a 100-tree kernel (higgs), so the
         # common case, an ndarray the kernel takes as it is, runs the fewest steps.
-        finish = self._finish.get(output)
-        if finish is None:
-            check_output(output)
-        threads = self._jobs if n_jobs is None else checked_jobs(n_jobs)
-        # A 2-D ndarray goes to the kernel as it is, whose entry checks the rest of its
-        # layout; one that does not fit, and anything else, is converted first.
-        if type(X) is np.ndarray and X.ndim == 2:
-            rows = X
-        else:
+        if type(X) is not np.ndarray:
             by_block = blockwise(X, self.forest, lambda part: self.predict(part, output, n_jobs))
             if by_block is not None:  # a large sparse matrix, never densified whole
                 return by_block
-            rows = as_rows(X, self.forest)
+        finish = self._finish.get(output)
+        if finish is None:
+            if output == "leaf":
+                return self._leaf_output(X, n_jobs)
+            if output == "contribs":
+                return self._contributions(X, n_jobs)
+            check_output(output, OUTPUTS)
+        threads = self._jobs if n_jobs is None else checked_jobs(n_jobs)
+        # A 2-D ndarray goes to the kernel as it is, whose entry checks the rest of its
+        # layout; one that does not fit, and anything else, is converted first.
+        rows = X if type(X) is np.ndarray and X.ndim == 2 else as_rows(X, self.forest)
         n = len(rows)
         # Results the library returns as a vector are allocated as one (no reshaping);
         # scores that numpy transforms are rows of outputs.
@@ -224,6 +244,22 @@ class Predictor(ForestShape):
                                                               finish)):
             self._run_again(X, rows, result, kernel, threads, finish)
         return result if finish != _SCORE else transformed(self.forest, result)
+
+    def _leaf_output(self, X: Any, n_jobs: int | None) -> np.ndarray:
+        """``predict(X, output="leaf")``: the leaf predictor's sums are the leaf ids."""
+        if self._leaf is None:
+            log.info("leaf output: building its kernels (once; saved with the predictor)")
+            self._leaf = Predictor(self.plan.leaf_plan())
+        return leaf_ids.shaped(self.forest, self._leaf.predict(X, "margin", n_jobs))
+
+    def _contributions(self, X: Any, n_jobs: int | None) -> np.ndarray:
+        """``predict(X, output="contribs")``: exact TreeSHAP values (the shape and
+        meaning of :func:`silvanforge.reference.contributions`)."""
+        threads = self._jobs if n_jobs is None else checked_jobs(n_jobs)
+        if self._contribs is None:
+            self._contribs = Contributions(self.forest, self.kernel.target,
+                                           self._contribs_code)
+        return self._contribs(X, threads)
 
     def _run_again(self, X: Any, rows: np.ndarray, result: np.ndarray, kernel: _Kernel,
                    threads: int, finish: int) -> None:
@@ -282,8 +318,17 @@ class Predictor(ForestShape):
         members.update({f"object_code_{i}_{j}": np.frombuffer(obj, dtype=np.uint8)
                         for i, k in enumerate(filter(None, (self._main, self._small)))
                         for j, obj in enumerate(k.code.object_code)})
-        if self.plan.node_tile is not None:
-            members["node_tile"] = np.asarray(self.plan.node_tile)
+        if self._leaf is not None:
+            members.update({f"leaf_object_code_{i}_{j}": np.frombuffer(obj, dtype=np.uint8)
+                            for i, k in enumerate(filter(None, (self._leaf._main,
+                                                                self._leaf._small)))
+                            for j, obj in enumerate(k.code.object_code)})
+        if self._contribs is not None:
+            members.update({f"contribs_object_code_0_{j}": np.frombuffer(obj, dtype=np.uint8)
+                            for j, obj in enumerate(self._contribs.code.object_code)})
+        for name in ("node_tile", "tree_order"):
+            if getattr(self.plan, name) is not None:
+                members[name] = np.asarray(getattr(self.plan, name))
         files = {f"{name}.npy": _npy(value) for name, value in members.items()}
         files[_DIGEST] = _npy(np.frombuffer(_digest(files), dtype=np.uint8))
         buf = io.BytesIO()
@@ -312,24 +357,31 @@ class Predictor(ForestShape):
             arrays = {k[len("forest_"):]: v for k, v in archive.items()
                       if k.startswith("forest_")}
             forest = serialize.from_arrays(arrays, header["forest"])
-            node_tile = archive.get("node_tile")
             saved = header["plan"] if fmt >= 4 else _plan_of_options(header["options"])
             # Threads are sized for the process that predicts (its OpenMP wait policy).
-            plan = replace(Plan.from_json(forest, saved, node_tile),
+            plan = replace(Plan.from_json(forest, saved, archive.get("node_tile"),
+                                          archive.get("tree_order")),
                            rows_per_thread=rows_per_thread(forest))
             target = Target(*header["target"])
             codes = tuple(_object_files(archive, i) for i in range(len(plan.schedules)))
+            leaf_codes = tuple(_object_files(archive, i, "leaf_")
+                               for i in range(len(plan.schedules)))
+            leaf_codes = leaf_codes if all(leaf_codes) else ()
             if fmt != FORMAT_VERSION:
                 # Older formats have no digest, and their kernels' signatures may differ.
                 warnings.warn(f"predictor saved in format {fmt} (an older SilvanForge): "
                               "recompiling its kernels", stacklevel=3)
-                codes = ()
+                codes = leaf_codes = ()
         except SilvanForgeError:
             raise
         except (OSError, ValueError, KeyError, TypeError, EOFError,
                 zipfile.BadZipFile) as exc:
             raise ModelFormatError(f"not a saved SilvanForge predictor ({exc})") from None
-        return cls(plan, codes if trust_code else (), target)
+        predictor = cls(plan, codes if trust_code else (), target,
+                        leaf_codes if trust_code else ())
+        if trust_code and codes:
+            predictor._contribs_code = _object_files(archive, 0, "contribs_")
+        return predictor
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the predictor (model, plan and machine code) to ``path``.

@@ -83,8 +83,11 @@ class Evaluator:
         if key not in self._compiled:
             start = time.perf_counter()
             try:
-                self._compiled[key] = sf_compile(self.forest, schedule=result.schedule,
-                                                 n_jobs=result.threads, **result.options)
+                if result.point["order"] == space.DEFAULT_ORDER:
+                    self._compiled[key] = sf_compile(self.forest, n_jobs=result.threads)
+                else:
+                    self._compiled[key] = sf_compile(self.forest, schedule=result.schedule,
+                                                     n_jobs=result.threads, **result.options)
             except SilvanForgeError as exc:  # an illegal point (peel too deep, ...)
                 self._compiled[key] = f"{type(exc).__name__}: {exc}"
             self.compile_s += time.perf_counter() - start
@@ -116,6 +119,9 @@ class Evaluator:
             if isinstance(predictor, str):
                 result.error = predictor
                 continue
+            if point["order"] == space.DEFAULT_ORDER:  # what the planner chose, to show
+                result.schedule = str(predictor.plan.schedule)
+                result.options = {"representation": predictor.plan.representation}
             ok, err = bench.compare(predictor.predict(self.rows, n_jobs=result.threads),
                                     self.expected)
             if not ok:
@@ -145,13 +151,15 @@ def exhaustive(ev: Evaluator, n_jobs: int, deadline: float | None = None) -> lis
 
 def guided(ev: Evaluator, n_jobs: int, deadline: float | None = None) -> list[Result]:
     """The heuristic's search: its shortlist, then refinements of the best few, which are
-    timed again beside the refinements (one interleaved comparison decides)."""
+    timed again beside the refinements and the default plan (one interleaved
+    comparison decides; the default is a candidate of both rounds)."""
     batch = len(ev.rows)
-    first = [r for r in ev.run(heuristic.shortlist(ev.forest, batch, n_jobs), deadline,
-                               "shortlist") if r.seconds is not None]
-    leaders = first[:heuristic.KEEP]
+    default = [space.default_point(n_jobs)]
+    first = [r for r in ev.run(default + heuristic.shortlist(ev.forest, batch, n_jobs),
+                               deadline, "shortlist") if r.seconds is not None]
+    leaders = [r for r in first if r.point["order"] != space.DEFAULT_ORDER][:heuristic.KEEP]
     second = heuristic.refinements([r.point for r in leaders], ev.forest, batch, n_jobs)
     if not second:
         return first
-    final = ev.run([r.point for r in leaders] + second, deadline, "refine")
+    final = ev.run(default + [r.point for r in leaders] + second, deadline, "refine")
     return final if final and final[0].seconds is not None else first

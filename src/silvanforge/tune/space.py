@@ -29,8 +29,8 @@ The loop orders (T trees, B rows per block, k trees per tile, c = threads chunks
   vectorize(b1); parallel(b0)``: 16 rows a vector walk (the ``vector`` schedule), the
   ``array`` layout only (at float32: other points are refused and skipped).
 
->>> [p["order"] for p in points(n_trees=10, n_jobs=2)][:1]
-['row_blocks']
+>>> [p["order"] for p in points(n_trees=10, n_jobs=2)][:2]
+['default', 'row_blocks']
 >>> text, options = render({"order": "row_blocks", "block": 32, "interleave": True,
 ...                         "walk": ("", 0), "threads": 1, "representation": "sparse",
 ...                         "tile_size": 3}, n_trees=10)
@@ -44,7 +44,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Any
 
-from ..plan.configuration import Axis
+from ..plan.configuration import DEFAULT_ORDER, Axis
 from ..representations import REGISTRY
 from ..representations.tiled import TILED
 from ..schedule.library import SMALL_TREE_TILE
@@ -72,6 +72,19 @@ VECTOR_ORDERS = ("row_vectors",)
 # Uniform tile sizes searched: 1 (no tiles) and 3, the best tiled size measured
 # (docs/TUNING.md).
 TILE_SIZES = (1, 3)
+
+
+def default_point(n_jobs: int) -> dict[str, Any]:
+    """The point that stands for SilvanForge's default plan (``compile`` without a
+    schedule: its representation, schedule, small-batch kernel and per-call thread
+    sizing), with up to ``n_jobs`` threads. Every search times it beside its own
+    candidates, so a tuned configuration is never slower than the default on the rows
+    it was given.
+
+    >>> render(default_point(2), n_trees=10)
+    ('', {})
+    """
+    return {"order": DEFAULT_ORDER, "threads": n_jobs}
 
 
 def thread_counts(n_jobs: int) -> tuple[int, ...]:
@@ -120,8 +133,9 @@ def tiles_fit(point: dict[str, Any]) -> bool:
 
 
 def points(n_trees: int, n_jobs: int) -> list[dict[str, Any]]:
-    """Every point of the exhaustive space for a forest of ``n_trees`` trees."""
-    out = []
+    """Every point of the exhaustive space for a forest of ``n_trees`` trees, the
+    default plan's first."""
+    out = [default_point(n_jobs)]
     for order, axes in ORDERS.items():
         options = option_axes(order)
         threads = [t for t in thread_counts(n_jobs) if order != "tree_chunks" or
@@ -147,6 +161,8 @@ def render(point: dict[str, Any], n_trees: int) -> tuple[str, dict[str, Any]]:
     The point's thread count is not among the keywords: one compiled kernel serves every
     thread count (it is a ``predict`` argument); the tuner sets ``n_jobs`` from it.
     """
+    if point["order"] == DEFAULT_ORDER:
+        return "", {}
     order, block = point["order"], point["block"]
     # A block's rows prepared once for all its trees' walks where the representation
     # reads them prepared (mask).
