@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
-import subprocess
 import time
 from pathlib import Path
 
@@ -27,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 import silvanforge
+from contribs import cpu_name  # a sibling script (benchmarks/ is the script's path)
 
 WORKERS = 2
 
@@ -110,15 +109,6 @@ def ray_times(predictor, frame: pd.DataFrame, sizes: list[int], repeat: int) -> 
     finally:
         ray.shutdown()
     return out
-
-
-def cpu_name() -> str:
-    try:
-        text = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-        return next(line.split(":", 1)[1].strip() for line in text.splitlines()
-                    if line.startswith("Model name"))
-    except (OSError, StopIteration):
-        return platform.processor() or "unknown CPU"
 
 
 def main() -> None:
