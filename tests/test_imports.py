@@ -35,6 +35,8 @@ LAYERS = [
     ("estimator",),  # compile_estimator: estimators' methods over a predictor
     ("bench",),
     ("tune",),
+    ("shipping",),  # a predictor on an engine's workers
+    ("dask", "spark", "ray"),  # the engines' helpers
     ("tabular", "demo"),  # the CLI's files (rows in, predictions out); its demo
     ("cli",),
     ("__init__",),

@@ -446,12 +446,17 @@ def test_pandas_categoricals_match_by_position():
     forest = lgb_frontend.load_bytes(booster.model_to_string().encode())
     assert forest.pandas_categories == (("a", "b", "c"), ("l", "m", "n"))
     test = pd.DataFrame({
-        "renamed": pd.Categorical(rng.choice(list("cbaz"), 40), categories=list("zcba")),
+        "c": pd.Categorical(rng.choice(list("cbaz"), 40), categories=list("zcba")),
         "o": pd.Categorical(rng.choice(list("nml"), 40), categories=list("nml"), ordered=True),
         "x": rng.normal(size=40)})
     assert_parity(reference.predict(forest, test), booster.predict(test), "by position")
+    # Columns are matched by name first (LightGBM itself would read these by position).
+    assert_parity(reference.predict(forest, test[["x", "o", "c"]]), booster.predict(test),
+                  "reordered")
     with pytest.raises(SilvanForgeError, match="2 pandas categorical columns; this frame has 1"):
         reference.predict(forest, test.assign(o=test.o.cat.codes))
+    with pytest.raises(SilvanForgeError, match="missing 'c'; unknown 'renamed'"):
+        reference.predict(forest, test.rename(columns={"c": "renamed"}))
 
 
 # ---- random model texts (property test) --------------------------------------------------

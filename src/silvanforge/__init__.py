@@ -9,7 +9,7 @@ import logging
 
 from . import reference
 from .export import load_library
-from .errors import (InputError, MissingDependencyError, ModelFormatError,
+from .errors import (CompileForbiddenError, InputError, MissingDependencyError, ModelFormatError,
                      SilvanForgeError, UnsupportedModelError)
 from .frontends import load
 from .model import Forest
@@ -23,7 +23,21 @@ from .version import __version__
 # the application configures logging; `silvanforge -v` does (cli.py).
 logging.getLogger(__name__).addHandler(logging.NullHandler())
 
-__all__ = ["load", "compile", "compile_estimator", "CompiledEstimator", "tune", "Configuration", "load_predictor", "Predictor",
-           "load_library",
+# The engines' helpers import on first use (``silvanforge.dask.predict``), so that the
+# base install never imports Dask, Spark or Ray.
+_ENGINES = ("dask", "spark", "ray")
+
+
+def __getattr__(name: str):
+    if name in _ENGINES:
+        import importlib
+
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["load", "compile", "compile_estimator", "CompiledEstimator", "tune", "Configuration",
+           "load_predictor", "Predictor", "load_library",
            "profile", "Profile", "Forest", "reference", "SilvanForgeError", "ModelFormatError",
-           "UnsupportedModelError", "InputError", "MissingDependencyError", "__version__"]
+           "UnsupportedModelError", "InputError", "CompileForbiddenError", "MissingDependencyError",
+           "__version__"]

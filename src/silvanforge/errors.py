@@ -52,6 +52,11 @@ class TilingError(SilvanForgeError):
     maximal tiles of at most the tile size) or asks for an unsupported tile size."""
 
 
+class CompileForbiddenError(SilvanForgeError):
+    """Code would be compiled in a process whose environment says ``SILVANFORGE_COMPILE=forbid``
+    (a worker meant to run a predictor compiled elsewhere, never to build one)."""
+
+
 class MissingDependencyError(SilvanForgeError, ImportError):
     """An optional library needed for this source (e.g. ``onnx``) is not installed."""
 

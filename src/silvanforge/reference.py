@@ -21,6 +21,7 @@ from .model import cover, leaf_ids, transforms
 from .model.forest import (MISSING_NAN, MISSING_ZERO, OP_CAT, OP_LE, OP_LT,
                            ZERO_THRESHOLD, Forest)
 from .model.inputs import as_matrix
+from .model.sparse import blockwise
 
 # Rows × trees evaluated at once; bounds the temporary arrays to a few tens of MiB.
 _CELLS_PER_CHUNK = 1 << 20
@@ -141,6 +142,9 @@ def predict(forest: Forest, X: Any, output: str = "value") -> np.ndarray:
     >>> silvanforge.reference.predict(forest, X, output="margin")   # doctest: +SKIP
     """
     check_output(output, ("value", "margin", "leaf", "contribs"))
+    by_block = blockwise(X, forest, lambda part: predict(forest, part, output))
+    if by_block is not None:  # a large sparse matrix, never densified whole
+        return by_block
     if output == "contribs":
         return contributions(forest, X)
     if output == "leaf":

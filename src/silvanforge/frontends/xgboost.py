@@ -24,9 +24,9 @@ Semantics, checked against XGBoost 3.2 by ``tests/test_xgboost.py``:
   TreeSHAP; the JSON holds them as float32, which ``pred_contribs`` computes with.
 * pandas categories: XGBoost 3.1+ stores the training categories (``cats``) and
   re-codes a DataFrame's categorical columns against them; the Forest records them as
-  ``pandas_categories``. (XGBoost rejects a category it never saw; SilvanForge treats it
-  as missing.) Older files carry no categories: a DataFrame's own codes are used, as
-  those XGBoost versions did.
+  ``pandas_categories``. XGBoost rejects a category it never saw, and so does
+  SilvanForge (``unseen_category="error"``). Older files carry no categories: a
+  DataFrame's own codes are used, as those XGBoost versions did.
 """
 
 from __future__ import annotations
@@ -257,6 +257,9 @@ def forest_from_document(doc: dict, n_iterations: int | None = None) -> Forest:
         post_transform=transform, input_dtype=np.float32, category_rule="nonnegative",
         negative_category="not_in_set", flat_output=True, feature_names=feature_names,
         pandas_categories=_pandas_categories(model, feature_names),
+        # XGBoost's DMatrix reads a sparse matrix's absent entries as missing, and 3.1+
+        # refuses a category its training never saw (both checked by the tests).
+        sparse_absent="missing", unseen_category="error",
         objective=objective, source=source)
 
 

@@ -56,7 +56,14 @@ index in that list is the code the trees see: a mapping matches columns by name 
 3.1+, scikit-learn), and a categorical column it does not name is read by its values, as
 numpy would convert it; a sequence of lists matches the frame's categorical columns in
 order (LightGBM, which stores no column names for them); None means the frame's own
-category codes (XGBoost before 3.1).
+category codes (XGBoost before 3.1). The same categories apply to polars ``Categorical``
+and ``Enum`` columns and Arrow dictionary columns (:mod:`.columns`). A category the
+training never saw is missing (``unseen_category`` "missing": LightGBM, scikit-learn)
+or an :class:`~silvanforge.errors.InputError` (``"error"``: XGBoost 3.1+ refuses it).
+
+``sparse_absent`` is what an entry a scipy.sparse matrix does not store means: ``"zero"``
+(0.0: LightGBM, scikit-learn, and scipy's own ``toarray``) or ``"missing"`` (NaN:
+XGBoost, whose DMatrix reads absent entries as missing).
 """
 
 from __future__ import annotations
@@ -157,6 +164,8 @@ class Forest:
     feature_names: tuple[str, ...] | None = None
     pandas_categories: Mapping[str, tuple] | tuple[tuple, ...] | None = None
     class_labels: tuple | None = None
+    unseen_category: str = "missing"
+    sparse_absent: str = "zero"
     objective: str = ""
     source: str = ""
     trees_per_round: int = 1
@@ -460,6 +469,10 @@ def _validate(f: Forest) -> np.ndarray:
         raise ModelFormatError(f"unknown category rule {f.category_rule!r}")
     if f.negative_category not in ("not_in_set", "missing"):
         raise ModelFormatError(f"unknown negative-category rule {f.negative_category!r}")
+    if f.unseen_category not in ("missing", "error"):
+        raise ModelFormatError(f"unknown unseen-category rule {f.unseen_category!r}")
+    if f.sparse_absent not in ("zero", "missing"):
+        raise ModelFormatError(f"unknown sparse-absent rule {f.sparse_absent!r}")
     if f.trees_per_round < 1 or f.n_trees % f.trees_per_round:
         raise ModelFormatError(f"{f.n_trees} trees are not whole rounds of "
                                f"{f.trees_per_round} trees (trees_per_round)")

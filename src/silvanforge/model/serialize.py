@@ -67,6 +67,9 @@ def from_arrays(arrays: Mapping[str, np.ndarray], meta: dict[str, Any]) -> Fores
         cats = meta.get("pandas_categories")
         if cats is not None and by == "position":
             meta["pandas_categories"] = [tuple(c) for c in cats]
+        if "sparse_absent" not in meta and str(meta.get("source", "")).startswith("xgboost"):
+            # Saved before the rule was a field: XGBoost's, as its frontend sets it now.
+            meta.update(sparse_absent="missing", unseen_category="error")
         for key in ("feature_names", "class_labels"):
             if meta.get(key) is not None:
                 meta[key] = tuple(meta[key])

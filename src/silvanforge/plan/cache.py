@@ -58,6 +58,9 @@ def cache_dir() -> str:
     return os.path.join(base, "silvanforge")
 
 
+_INPUT_RULES = ("sparse_absent", "unseen_category")
+
+
 def model_hash(forest: Forest) -> str:
     """sha256 of the Forest's arrays (name, dtype, shape, bytes) and its metadata; the
     optional arrays that no prediction reads (``serialize.NOT_PREDICTED``) left out, so
@@ -67,6 +70,10 @@ def model_hash(forest: Forest) -> str:
     64
     """
     arrays, meta = serialize.to_arrays(forest)
+    # How inputs are read (model/inputs.py) changes no kernel: entries tuned before
+    # these fields existed still apply.
+    for name in _INPUT_RULES:
+        meta.pop(name, None)
     digest = hashlib.sha256()
     for name in sorted(arrays):
         if name in serialize.NOT_PREDICTED:

@@ -19,7 +19,7 @@ from ..errors import InputError
 from ..frontends import load
 from ..plan import make_plan
 from ..plan.planner import cpu_target
-from . import gc_pause
+from . import gc_pause, guard
 from .base import build_representation, model_arrays
 from .gpu import GPUPredictor
 from .predictor import Predictor
@@ -54,6 +54,8 @@ def compile(model: Any, target: str = "cpu", schedule: Any = None,
     use). ``cpu``: the LLVM CPU to build for, "native" (the
     default: this machine) or a name such as "x86-64-v3" or "znver4"; a predictor
     built for a CPU loads without recompiling on any machine with its features.
+    With ``SILVANFORGE_COMPILE=forbid`` in the environment it raises
+    :class:`~silvanforge.errors.CompileForbiddenError` (:mod:`.guard`).
     ``schedule`` may also be a tuned ``silvanforge.tune.Configuration`` (keywords given
     here win over its own) or "auto": the tuning cache's configuration for this model,
     thread count and CPU when there is one, else the default.
@@ -71,6 +73,7 @@ def compile(model: Any, target: str = "cpu", schedule: Any = None,
     >>> silvanforge.compile("model.json", cpu="x86-64-v3").save("model.sfp")  # doctest: +SKIP
     >>> silvanforge.compile("model.json", tile_size=4, profile=X_sample)  # doctest: +SKIP
     """
+    guard.check(f"compile({type(model).__name__})")
     device = target_info(target).device
     start = time.perf_counter()
     forest = load(model)

@@ -28,9 +28,11 @@ from ..lir.gpu import lower as gpu_lower
 from ..lir.printer import print_lir
 from ..mir import lower as mir_lower, print_mir
 from ..model.inputs import as_rows
+from ..model.sparse import blockwise
 from ..plan import Plan
 from ..plan.plan import checked_jobs
 from ..reference import check_output, shaped
+from . import guard
 from .base import ForestShape, build_representation, model_arrays, transformed
 
 _DLPACK_CUDA = 2  # DLDeviceType kDLCUDA
@@ -41,6 +43,7 @@ class GPUPredictor(ForestShape):
     ``silvanforge.compile(model, target="opencl")`` (or ``"cuda"``)."""
 
     def __init__(self, plan: Plan) -> None:
+        guard.check(f"a {plan.target} program")
         forest = self.forest = plan.forest
         self.plan = plan
         self.target = target = plan.target
@@ -70,6 +73,9 @@ class GPUPredictor(ForestShape):
         if n_jobs is not None:  # ignored, but a wrong one is wrong here as on the CPU
             checked_jobs(n_jobs)
         f = self.forest
+        by_block = blockwise(X, f, lambda part: self.predict(part, output))
+        if by_block is not None:  # a large sparse matrix, never densified whole
+            return by_block
         if self.target == "opencl":
             result = self._runner.run(as_rows(X, f), f.n_outputs, finish)
             return transformed(f, result) if finish == kernel_finish.SCORE else shaped(f, result)

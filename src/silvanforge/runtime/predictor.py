@@ -52,13 +52,14 @@ from ..mir import lower as mir_lower, print_mir
 from ..model import leaf_ids, serialize
 from ..model.forest import Forest
 from ..model.inputs import as_rows
+from ..model.sparse import blockwise
 from ..plan import Plan
 from ..plan.plan import checked_jobs
 from ..plan.planner import SMALL_BATCH, cpu_target, rows_per_thread
 from ..reference import check_output
 from ..representations import REGISTRY
 from ..schedule import Schedule
-from . import fork, gc_pause
+from . import fork, gc_pause, guard
 from .contribs import Contributions
 from .base import ForestShape, build_representation, model_arrays, transformed
 
@@ -111,6 +112,8 @@ def _compiled(kernels: list[_Kernel], plan: Plan) -> None:
     """Compile the kernels that were not reloaded, together (the small-batch kernel by
     a worker while this process builds the main one), and bind every kernel."""
     todo = [k for k in kernels if k.code is None]
+    if todo:
+        guard.check(f"{len(todo)} kernel(s) of a {plan.representation} plan")
     codes = compile_kernels([k.lir for k in todo], opt=REGISTRY[plan.representation].llvm_opt,
                             target=cpu_target(plan.cpu)) if todo else []
     for kernel in kernels:
@@ -214,6 +217,10 @@ class Predictor(ForestShape):
         """
         # A one-row call spends as long here as in a 100-tree kernel (higgs), so the
         # common case, an ndarray the kernel takes as it is, runs the fewest steps.
+        if type(X) is not np.ndarray:
+            by_block = blockwise(X, self.forest, lambda part: self.predict(part, output, n_jobs))
+            if by_block is not None:  # a large sparse matrix, never densified whole
+                return by_block
         finish = self._finish.get(output)
         if finish is None:
             if output == "leaf":
@@ -366,7 +373,9 @@ class Predictor(ForestShape):
         buf = io.BytesIO()
         with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as archive:
             for name, content in files.items():
-                archive.writestr(name, content)
+                # A fixed date: the same predictor gives the same bytes, which engines
+                # name by their digest (silvanforge.shipping).
+                archive.writestr(zipfile.ZipInfo(name, date_time=_ZIP_DATE), content)
         return buf.getvalue()
 
     @classmethod
@@ -427,6 +436,7 @@ class Predictor(ForestShape):
 
 
 # The archive member holding the SHA-256 of every other member.
+_ZIP_DATE = (1980, 1, 1, 0, 0, 0)
 _DIGEST = "digest.npy"
 
 
