@@ -319,6 +319,10 @@ def test_compile_forbidden_by_the_environment(named, monkeypatch):
     # A trusted saved predictor built for this CPU loads without compiling.
     loaded = silvanforge.Predictor.from_bytes(saved)
     assert_parity(loaded.predict(test), model.predict(test))
+    # Outputs whose kernels are built on first use are compiles too.
+    for output in ("leaf", "contribs"):
+        with pytest.raises(CompileForbiddenError, match="SILVANFORGE_COMPILE"):
+            loaded.predict(test, output=output)
     monkeypatch.setenv("SILVANFORGE_COMPILE", "sometimes")
     with pytest.raises(silvanforge.SilvanForgeError, match="expected 'allow' or 'forbid'"):
         silvanforge.compile(model)

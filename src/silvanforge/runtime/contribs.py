@@ -25,7 +25,7 @@ from ..model.cover import require_contributions
 from ..model.forest import Forest
 from ..model.inputs import as_rows
 from ..representations.contribs import ROWS_PER_THREAD, build
-from . import fork
+from . import fork, guard
 
 log = logging.getLogger("silvanforge")
 
@@ -50,6 +50,7 @@ class Contributions:
             except BackendError as exc:
                 warnings.warn(f"recompiling the contributions kernel: {exc}", stacklevel=4)
         if code is None:
+            guard.check("the contributions (TreeSHAP) kernel")
             start = time.perf_counter()
             log.info("compiling the contributions (TreeSHAP) kernel")
             code = compile_kernel(lir, opt=3, target=target)
