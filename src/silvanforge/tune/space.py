@@ -25,6 +25,10 @@ The loop orders (T trees, B rows per block, k trees per tile, c = threads chunks
   they run any order, a variable tree index jumping to its tree's code, but constant
   indices are their fastest (docs/ARCHITECTURE.md, "The code representation"), so the
   space keeps its size; table layouts take the other orders;
+- ``tiled_code``: ``tile(batch, b0, b1, B); tile(tree, t0, t1, k); reorder(b0, t0, b1,
+  t1); unroll(t0); unroll(t1); parallel(b0)``: the ``code_rows`` shape, trees as code
+  in tiles of k over blocks of up to 2048 rows: a tile's branches stay in the branch
+  predictor over many rows (docs/ARCHITECTURE.md, "The code representation");
 - ``row_vectors``: ``tile(batch, b0, b1, B); reorder(b0, tree, b1); [cache(b0);]
   vectorize(b1); parallel(b0)``: 16 rows a vector walk (the ``vector`` schedule), the
   ``array`` layout only (at float32: other points are refused and skipped).
@@ -64,9 +68,10 @@ ORDERS: dict[str, tuple[Axis, ...]] = {
     "tree_chunks": (Axis("block", (8, 32, 64)), Axis("interleave", (False, True)),
                     Axis("walk", WALKS)),
     "unrolled_trees": (Axis("block", (16, 32)),),
+    "tiled_code": (Axis("block", (64, 1024, 2048)), Axis("tree_tile", (25, 34))),
     "row_vectors": (Axis("block", (32, 64)), Axis("cache", (False, True))),
 }
-CODE_ORDERS = ("unrolled_trees",)
+CODE_ORDERS = ("unrolled_trees", "tiled_code")
 # Orders whose walks only the array layout takes, untiled.
 VECTOR_ORDERS = ("row_vectors",)
 # Uniform tile sizes searched: 1 (no tiles) and 3, the best tiled size measured
@@ -181,6 +186,10 @@ def render(point: dict[str, Any], n_trees: int) -> tuple[str, dict[str, Any]]:
     elif order == "unrolled_trees":
         lines = [f"tile(batch, b0, b1, {block})", "reorder(b0, b1, tree)", "unroll(tree)",
                  "parallel(b0)"]
+    elif order == "tiled_code":
+        lines = [f"tile(batch, b0, b1, {block})",
+                 f"tile(tree, t0, t1, {min(point['tree_tile'], n_trees)})",
+                 "reorder(b0, t0, b1, t1)", "unroll(t0)", "unroll(t1)", "parallel(b0)"]
     else:
         chunk = -(-n_trees // point["threads"])
         lines = [f"tile(tree, t0, t1, {chunk})", f"tile(batch, b0, b1, {block})",
