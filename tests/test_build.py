@@ -144,8 +144,6 @@ def test_invalid_ir_in_a_kernel_is_a_backend_error(monkeypatch):
 
 
 def test_a_failed_render_stops_the_builds_threads(two_cores, monkeypatch):
-    import time
-
     monkeypatch.setattr(outline, "BUDGET", 300)
     monkeypatch.setattr(jit, "MIN_PARALLEL_INSTRUCTIONS", 200)
     original = jit.render_module
@@ -163,7 +161,6 @@ def test_a_failed_render_stops_the_builds_threads(two_cores, monkeypatch):
     with pytest.raises(BackendError, match="render failed"):
         silvanforge.compile(_big_forest(n_trees=12, seed=5), representation="code")
     assert started
-    deadline = time.monotonic() + 30
-    while any(t.is_alive() for t in started[0].workers) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    # Joined before compile raised: none outlives the call (a thread still talking to a
+    # worker when a fuzzing engine exits the process from C crashed it at exit).
     assert not any(t.is_alive() for t in started[0].workers)

@@ -138,6 +138,20 @@ class ParallelBuild:
         for _ in self.workers:
             self.pending.put(None)
 
+    def abandon(self) -> None:
+        """Drop the build (its caller failed): the modules no worker has started are
+        discarded, and the threads are joined once their current module is done, so no
+        thread of this build outlives the call (a thread still talking to a worker when
+        the process exits from C, as a fuzzing engine does, is a crash at exit)."""
+        while True:
+            try:
+                self.pending.get_nowait()
+            except queue.Empty:
+                break
+        self.close()
+        for thread in self.workers:
+            thread.join()
+
     def finish(self, main: str,
                progress: Callable[[], object] | None = None) -> list[tuple[bytes, str]]:
         """Build ``main`` here, and the submitted modules no worker has started; wait
@@ -150,6 +164,7 @@ class ParallelBuild:
         while True:
             job = self.pending.get()
             if job is None:
+                self.pending.put(None)  # the workers' threads stop on it too
                 break
             job.build(self.target)
         for job in self.jobs:
@@ -158,6 +173,8 @@ class ParallelBuild:
                 job.build(self.target)
             if progress is not None:
                 progress()
+        for thread in self.workers:  # each has only the end of the queue left to take
+            thread.join()
         for job in self.jobs:
             if isinstance(job.answer, BuildError):
                 raise job.answer

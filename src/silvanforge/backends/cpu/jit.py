@@ -68,7 +68,7 @@ def compile_kernel(kernel: ir.Kernel, *, opt: int = 2,
         module = render_kernel(kernel, target, pieces)
     except BaseException:
         if pieces is not None and pieces.build is not None:
-            pieces.build.close()  # its threads stop; what they build is dropped
+            pieces.build.abandon()  # its threads stop; what they built is dropped
         raise
     instructions = _instructions(module) + (pieces.submitted if pieces else 0)
     try:
