@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib
 import os
 import shutil
+import sys
 import warnings
 
 import numpy as np
@@ -116,6 +117,9 @@ def spark():
     sql = _engine("pyspark.sql", "spark")
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         _unavailable("Spark needs a Java runtime (apt-get install default-jre-headless)")
+    # Spark's Python workers run PYSPARK_PYTHON, by default (before pyspark 4) the
+    # `python3` on PATH, which need not be this interpreter with SilvanForge installed.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = sql.SparkSession.builder.master("local[2]").appName("silvanforge-tests")
     # 6 partitions from createDataFrame (no shuffle) for 2 cores: a process gets several.
     for key, value in {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2",
