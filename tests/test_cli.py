@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import silvanforge
-from silvanforge import cli, load, reference
+from silvanforge import cli, load, progress, reference
 from silvanforge.backends.cpu import build, jit
 
 xgb = pytest.importorskip("xgboost", reason="xgboost is part of the dev extra")
@@ -314,10 +314,20 @@ def test_the_library_logger_is_silent_until_configured(model, caplog):
                     "as one module each, with no bar")
 def test_progress_bar_on_long_builds_on_a_terminal_only(model, monkeypatch, capsys, tty):
     # Every build counts as long here; the bar shows only where stderr is a terminal.
-    monkeypatch.setattr(jit, "PROGRESS_AFTER_S", -1.0)
+    monkeypatch.setattr(progress, "PROGRESS_AFTER_S", -1.0)
     monkeypatch.setattr(sys.stderr, "isatty", lambda: tty)
     silvanforge.compile(str(model[0]), n_jobs=1)
     assert ("LLVM build of" in capsys.readouterr().err) == tty
+
+
+@pytest.mark.parametrize("tty", [True, False])
+def test_progress_bars_on_long_loads_on_a_terminal_only(model, monkeypatch, capsys, tty):
+    # Every load counts as long here (a 10,000-tree model reads for ~12 s).
+    monkeypatch.setattr(progress, "PROGRESS_AFTER_S", -1.0)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: tty)
+    load(str(model[0]))
+    err = capsys.readouterr().err
+    assert ("reading numbers" in err and "reading trees" in err) == tty
 
 
 def test_csv_cells_and_names_may_have_spaces(named_model, csv_reader, tmp_path):

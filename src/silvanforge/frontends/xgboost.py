@@ -37,10 +37,16 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from .. import progress
 from ..errors import ModelFormatError, UnsupportedModelError
 from ..model.builder import Tree, build_forest, float_array, int_array
 from ..model.forest import MAX_CATEGORY, Forest
 from . import numbers, ubjson
+
+# Reading a tree of the document (depth 8, ~500 nodes) took ~0.6 ms on the 2-core
+# development machine (benchmarks/results-2026-11-25-compile-scale): the prediction
+# that shows a progress bar for big models (silvanforge.progress).
+S_PER_TREE = 6e-4
 
 # objective → (post-transform, link from output-space base_score to margin space)
 _OBJECTIVES: dict[str, tuple[str, str]] = {
@@ -344,10 +350,12 @@ def _read_trees(model: dict, n_features: int, n_outputs: int,
     if n_iterations is not None:
         num_trees = _trees_in_iterations(model, num_trees, n_iterations)
     trees = []
-    for t in range(num_trees):
-        weight = 1.0 if weight_drop is None else float(weight_drop[t])
-        trees.append(_read_tree(raw_trees[t], t, int(tree_info[t]), n_features,
-                                n_outputs, weight))
+    with progress.bar("reading trees", num_trees * S_PER_TREE, num_trees, "tree") as shown:
+        for t in range(num_trees):
+            weight = 1.0 if weight_drop is None else float(weight_drop[t])
+            trees.append(_read_tree(raw_trees[t], t, int(tree_info[t]), n_features,
+                                    n_outputs, weight))
+            shown.update()
     return trees
 
 

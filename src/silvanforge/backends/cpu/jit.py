@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import ctypes
 import logging
-import sys
 from typing import Callable, Sequence, Union
 
 import llvmlite.binding as llvm
 from tqdm import tqdm
 
+from ... import progress
 from ...errors import BackendError
 from ...lir import ir
 from . import build, llvmtext as ll, openmp
@@ -33,11 +33,10 @@ _OMP_SYMBOL = b"GOMP_parallel"
 # and the parallel work do not pay for themselves (docs/ARCHITECTURE.md "Compiling big
 # kernels").
 MIN_PARALLEL_INSTRUCTIONS = 10_000
-# A build predicted to take longer than PROGRESS_AFTER_S shows a progress bar on a
-# terminal; predicted from LLVM's rate on one core (docs/ARCHITECTURE.md "Measurements
-# behind smaller rules": MIN_PARALLEL_INSTRUCTIONS).
+# A build's time, predicted from LLVM's rate on one core (docs/ARCHITECTURE.md
+# "Measurements behind smaller rules": MIN_PARALLEL_INSTRUCTIONS), decides whether it
+# shows a progress bar (silvanforge.progress).
 LLVM_S_PER_INSTRUCTION = 1.2 / 30_000
-PROGRESS_AFTER_S = 2.0
 log = logging.getLogger(__name__)
 
 Params = Sequence[Union[ir.Buffer, ir.Var]]
@@ -92,11 +91,9 @@ def _instructions(module: ll.Module) -> int:
 
 
 def _progress(desc: str, seconds: float, modules: int) -> tqdm:
-    """A bar over the ``modules`` of a build predicted to take ``seconds``, shown only
-    on a terminal and past :data:`PROGRESS_AFTER_S`: short builds and logs stay quiet."""
-    show = seconds > PROGRESS_AFTER_S and sys.stderr.isatty()
-    return tqdm(total=modules, desc=desc, unit="module", file=sys.stderr, leave=False,
-                disable=not show)
+    """A bar over the ``modules`` of a build predicted to take ``seconds``
+    (:func:`silvanforge.progress.bar`)."""
+    return progress.bar(desc, seconds, modules, "module")
 
 
 def _log_sizes(name: str, instructions: int, built: list[tuple[bytes, str]]) -> None:
