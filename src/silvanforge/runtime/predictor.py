@@ -120,6 +120,12 @@ def _compiled(kernels: list[_Kernel], plan: Plan) -> None:
         kernel.bind(codes.pop(0) if kernel.code is None else None)
 
 
+def _code_members(prefix: str, codes: list[tuple[bytes, ...]]) -> dict[str, np.ndarray]:
+    """Kernels' object files as archive members, read back by :func:`_object_files`."""
+    return {f"{prefix}object_code_{i}_{j}": np.frombuffer(obj, dtype=np.uint8)
+            for i, code in enumerate(codes) for j, obj in enumerate(code)}
+
+
 def _object_files(archive: dict[str, np.ndarray], kernel: int,
                   prefix: str = "") -> tuple[bytes, ...]:
     """A saved kernel's object files: ``<prefix>object_code_<kernel>_0``, ``_1``, ... ."""
@@ -253,10 +259,15 @@ class Predictor(ForestShape):
 
     def _leaf_output(self, X: Any, n_jobs: int | None) -> np.ndarray:
         """``predict(X, output="leaf")``: the leaf predictor's sums are the leaf ids."""
+        return leaf_ids.shaped(self.forest,
+                               self._leaf_predictor().predict(X, "margin", n_jobs))
+
+    def _leaf_predictor(self) -> "Predictor":
+        """The leaf output's predictor, built on first use."""
         if self._leaf is None:
             log.info("leaf output: building its kernels (once; saved with the predictor)")
             self._leaf = Predictor(self.plan.leaf_plan())
-        return leaf_ids.shaped(self.forest, self._leaf.predict(X, "margin", n_jobs))
+        return self._leaf
 
     def _contributions(self, X: Any, n_jobs: int | None) -> np.ndarray:
         """``predict(X, output="contribs")``: exact TreeSHAP values (the shape and
@@ -299,11 +310,7 @@ class Predictor(ForestShape):
         >>> predictor.export("out", name="higgs")                # doctest: +SKIP
         >>> silvanforge.load_library("out/libhiggs.so").predict(X)  # doctest: +SKIP
         """
-        leaf = None
-        if "leaf" in self.plan.outputs:
-            if self._leaf is None:
-                self._leaf = Predictor(self.plan.leaf_plan())
-            leaf = self._leaf._kernels()
+        leaf = self._leaf_predictor()._kernels() if "leaf" in self.plan.outputs else None
         contribs = None
         if "contribs" in self.plan.outputs:
             c = self._contributions_kernel()
@@ -315,7 +322,11 @@ class Predictor(ForestShape):
     def _kernels(self) -> Kernels:
         """This predictor's kernels as an exported library holds them."""
         return Kernels(self.plan, self.representation, self._model_arrays,
-                       [(k.mir, k.lir) for k in filter(None, (self._main, self._small))])
+                       [(k.mir, k.lir) for k in self._built()])
+
+    def _built(self) -> list[_Kernel]:
+        """The main kernel, then the small-batch one when the plan has it."""
+        return [k for k in (self._main, self._small) if k is not None]
 
     def dump(self, level: str) -> str:
         """The text of one level: "plan" (every choice the planner made), "hir", "mir",
@@ -354,17 +365,12 @@ class Predictor(ForestShape):
                   "target": [t.triple, t.cpu, t.features]}
         members = {f"forest_{k}": v for k, v in arrays.items()}
         members["header"] = serialize.dumps_meta(header)
-        members.update({f"object_code_{i}_{j}": np.frombuffer(obj, dtype=np.uint8)
-                        for i, k in enumerate(filter(None, (self._main, self._small)))
-                        for j, obj in enumerate(k.code.object_code)})
+        members.update(_code_members("", [k.code.object_code for k in self._built()]))
         if self._leaf is not None:
-            members.update({f"leaf_object_code_{i}_{j}": np.frombuffer(obj, dtype=np.uint8)
-                            for i, k in enumerate(filter(None, (self._leaf._main,
-                                                                self._leaf._small)))
-                            for j, obj in enumerate(k.code.object_code)})
+            members.update(_code_members("leaf_", [k.code.object_code
+                                                   for k in self._leaf._built()]))
         if self._contribs is not None:
-            members.update({f"contribs_object_code_0_{j}": np.frombuffer(obj, dtype=np.uint8)
-                            for j, obj in enumerate(self._contribs.code.object_code)})
+            members.update(_code_members("contribs_", [self._contribs.code.object_code]))
         for name in ("node_tile", "tree_order"):
             if getattr(self.plan, name) is not None:
                 members[name] = np.asarray(getattr(self.plan, name))
