@@ -76,9 +76,7 @@ def compile(model: Any, target: str = "cpu", schedule: Any = None,
     guard.check(f"compile({type(model).__name__})")
     device = target_info(target).device
     start = time.perf_counter()
-    forest = load(model)
-    if iteration_range is not None:
-        forest = forest.slice(*_pair(iteration_range))
+    forest = _rounds(model, iteration_range)
     loaded = time.perf_counter()
     log.info("load: %d trees, %d features (%.2f s)", forest.n_trees, forest.n_features,
              loaded - start)
@@ -90,6 +88,12 @@ def compile(model: Any, target: str = "cpu", schedule: Any = None,
     predictor = PREDICTORS[device](plan)
     log.info("compiled in %.2f s", time.perf_counter() - start)
     return predictor
+
+
+def _rounds(model: Any, iteration_range: Any) -> Any:
+    """The model's Forest, cut to ``iteration_range`` when one is given."""
+    forest = load(model)
+    return forest if iteration_range is None else forest.slice(*_pair(iteration_range))
 
 
 def _pair(value: Any) -> tuple[Any, Any]:
@@ -122,10 +126,7 @@ def export(model: Any, directory: str | os.PathLike, name: str | None = None,
     if triple is not None and options.get("cpu") is None and \
             triple.split("-")[0] != Target.host().triple.split("-")[0]:
         options["cpu"] = "generic"  # "native" is this machine's
-    iteration_range = options.pop("iteration_range", None)
-    forest = load(model)
-    if iteration_range is not None:
-        forest = forest.slice(*_pair(iteration_range))
+    forest = _rounds(model, options.pop("iteration_range", None))
     plan = make_plan(forest, "cpu", triple=triple, **options)
     leaf = _kernels(plan.leaf_plan()) if "leaf" in plan.outputs else None
     contribs = contribution_kernels(plan) if "contribs" in plan.outputs else None
