@@ -9,6 +9,8 @@ work to this process; invalid IR is an error wherever it is built.
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 
@@ -164,3 +166,49 @@ def test_a_failed_render_stops_the_builds_threads(two_cores, monkeypatch):
     # Joined before compile raised: none outlives the call (a thread still talking to a
     # worker when a fuzzing engine exits the process from C crashed it at exit).
     assert not any(t.is_alive() for t in started[0].workers)
+
+
+def test_a_build_with_no_worker_finishes():
+    """A process whose CPUs shrank to one after the check for a second one (libgomp pins
+    its loading thread under OMP_PROC_BIND=true) gets a build with no worker; finish
+    built the modules here and then waited for an end mark no worker would leave."""
+    import os
+    cpus = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(cpus)})
+    try:
+        job = build.ParallelBuild(*ARGS)
+    finally:
+        os.sched_setaffinity(0, cpus)
+    assert not job.workers
+    texts = [_module_text(f"h{i}", 2.5 + i) for i in range(2)]
+    job.submit(texts[1])
+    built: list = []
+    finishing = threading.Thread(target=lambda: built.extend(job.finish(texts[0])),
+                                 daemon=True)
+    finishing.start()
+    finishing.join(timeout=120)
+    assert not finishing.is_alive(), "finish hung"
+    assert [obj for obj, _ in built] == [build.build_object(t, *ARGS)[0] for t in texts]
+
+
+def test_compile_and_predict_under_omp_proc_bind(tmp_path):
+    """The whole path in a fresh process with OMP_PROC_BIND=true: before the fix it hung
+    in compile; a timeout turns a hang into a failure."""
+    import os
+    import subprocess
+    import sys
+    script = ("import numpy as np, silvanforge\n"
+              "from silvanforge import reference\n"
+              "from test_mir import random_forest\n"
+              "f = random_forest(0, 40, depth=6)\n"  # a main and a small-batch kernel
+              "p = silvanforge.compile(f)\n"
+              "X = np.random.default_rng(3).normal(size=(4000, f.n_features))\n"
+              "np.testing.assert_allclose(p.predict(X, n_jobs=2), reference.predict(f, X),"
+              " rtol=1e-12, atol=1e-12)\n"
+              "print('ok')\n")
+    env = {**os.environ, "OMP_PROC_BIND": "true",
+           "PYTHONPATH": os.pathsep.join([os.path.dirname(__file__),
+                                          os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                          text=True, timeout=240, cwd=tmp_path)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr

@@ -134,8 +134,13 @@ class ParallelBuild:
         self.pending.put(job)
 
     def close(self) -> None:
-        """Submit nothing more: each worker's thread stops once the modules are taken."""
-        for _ in self.workers:
+        """Submit nothing more: each worker's thread stops once the modules are taken.
+
+        One end mark per worker and never none: :meth:`finish` stops taking modules at
+        one, and a build with no worker (the process's CPUs shrank to one after the
+        workers were counted: libgomp pins the thread that loads it under
+        ``OMP_PROC_BIND=true``) waited for a mark forever."""
+        for _ in range(max(1, len(self.workers))):
             self.pending.put(None)
 
     def abandon(self) -> None:
