@@ -554,8 +554,8 @@ class _Wrapper:
             t = s.representation
             out += self.thread_count(True, contribs.ROWS_PER_THREAD)
             out += self.kernel_call(s, s.kernels[0], 0, "main", [
-                ("%threads", t.max_nodes * t.lanes, "double", 8),
-                ("%threads", t.max_nodes, "i32", 4)], finish=False)
+                ("%threads", t.scratch_stride, "double", 8),
+                ("%threads", t.ones_stride, "i32", 4)], finish=False)
             out.append("}")
             self.lines += out
             return

@@ -14,7 +14,8 @@ the caller allocated.
 
 Signature: ``contribs(rows, n_rows, out, scratch, ones, threads, *model buffers)``:
 ``out`` is (n_rows, n_outputs, n_features + 1) float64, zeroed; ``scratch`` holds
-``threads * max_nodes * lanes`` float64 and ``ones`` ``threads * max_nodes`` int32.
+``threads * scratch_stride`` float64 and ``ones`` ``threads * ones_stride`` int32 (the
+tables' padded shares).
 
 >>> kernel, arrays = contributions_kernel(forest, build_tables(forest))  # doctest: +SKIP
 """
@@ -189,8 +190,8 @@ def contributions_kernel(forest: Forest, tables: ContribTables,
                 load("bias", v["k"]))])]),
         ir.For(v["u"], ir.i64(0), ir.i64(n_units), ir.i64(1), unit)]
     block = [
-        ir.Declare(v["pb"], _op("mul", v["blk"], tables.max_nodes * L)),
-        ir.Declare(v["ob"], _op("mul", v["blk"], tables.max_nodes)),
+        ir.Declare(v["pb"], _op("mul", v["blk"], tables.scratch_stride)),
+        ir.Declare(v["ob"], _op("mul", v["blk"], tables.ones_stride)),
         ir.Declare(v["lo"], _op("mul", v["blk"], v["per"])),
         ir.Declare(v["hi"], _op("min", n_rows, _op("add", v["lo"], v["per"]))),
         ir.For(v["t0"], v["lo"], v["hi"], ir.i64(ROW_TILE), tile)]

@@ -65,6 +65,20 @@ class ContribTables:
     coeff: np.ndarray       # float64 (slots * 2 * lanes)
     bias: np.ndarray        # (n_outputs,) the expected value column
 
+    # Threads' shares of the kernel's scratch buffers lie at least 128 bytes apart (two
+    # cache lines, what the adjacent-line prefetcher fetches, whatever the buffer's
+    # alignment): with shares packed end to end, two threads wrote the line they shared for every row and tree, and
+    # 2 threads ran 1.66x one (docs/ARCHITECTURE.md "Contributions (TreeSHAP)").
+    @property
+    def scratch_stride(self) -> int:
+        """float64 values of ``scratch`` each thread owns (``max_nodes * lanes``, padded)."""
+        return -(-self.max_nodes * self.lanes // 16) * 16 + 16
+
+    @property
+    def ones_stride(self) -> int:
+        """int32 values of ``ones`` each thread owns (``max_nodes``, padded)."""
+        return -(-self.max_nodes // 32) * 32 + 32
+
 
 @dataclass
 class _Tree:

@@ -69,8 +69,8 @@ class Contributions:
         if threads > 1:
             threads = fork.threads(threads)
         out = np.zeros((n, f.n_outputs, f.n_features + 1))
-        scratch = np.empty(threads * t.max_nodes * t.lanes)
-        ones = np.empty(threads * t.max_nodes, dtype=np.int32)
+        scratch = np.empty(threads * t.scratch_stride)
+        ones = np.empty(threads * t.ones_stride, dtype=np.int32)
         if n and not self._call(rows, n, out, scratch, ones, threads):
             rows = as_rows(X, f)
             if not self._call(rows, n, out, scratch, ones, threads):
