@@ -31,7 +31,8 @@ SHARED = os.path.join(HERE, "..", "..", "shared", "models")
 
 
 def medians(engines: dict[str, Callable[[], object]], rounds: int) -> dict[str, tuple]:
-    """(median wall s, median CPU s) of one call of each engine, interleaved."""
+    """(median wall s, median CPU s, every round's wall s) of one call of each engine,
+    interleaved."""
     names = list(engines)
     wall: dict[str, list[float]] = {n: [] for n in names}
     cpu: dict[str, list[float]] = {n: [] for n in names}
@@ -41,15 +42,21 @@ def medians(engines: dict[str, Callable[[], object]], rounds: int) -> dict[str, 
             engines[name]()
             wall[name].append(time.perf_counter() - w)
             cpu[name].append(time.process_time() - c)
-    return {n: (statistics.median(wall[n]), statistics.median(cpu[n])) for n in names}
+    return {n: (statistics.median(wall[n]), statistics.median(cpu[n]), wall[n])
+            for n in names}
 
 
 def table(title: str, times: dict[str, tuple], base: str) -> str:
     lines = [f"\n{title}", "| engine | median wall s | median CPU s | wall speedup | CPU speedup |",
              "|---|---:|---:|---:|---:|"]
-    bw, bc = times[base]
-    for name, (w, c) in times.items():
+    bw, bc, _ = times[base]
+    for name, (w, c, _) in times.items():
         lines.append(f"| {name} | {w:.4f} | {c:.4f} | {bw / w:.1f}x | {bc / c:.1f}x |")
+    one, two = (times[f"silvanforge contribs, {t}"][2] for t in ("1 thread", "2 threads"))
+    # The ratio within each round, where both ran moments apart, then its median: the
+    # machine's load swings between rounds more than between neighbouring calls.
+    lines.append(f"\n2 threads against 1, median of the rounds' wall-time ratios: "
+                 f"{statistics.median(a / b for a, b in zip(one, two)):.2f}x")
     return "\n".join(lines)
 
 

@@ -65,19 +65,25 @@ class ContribTables:
     coeff: np.ndarray       # float64 (slots * 2 * lanes)
     bias: np.ndarray        # (n_outputs,) the expected value column
 
-    # Threads' shares of the kernel's scratch buffers lie at least 128 bytes apart (two
-    # cache lines, what the adjacent-line prefetcher fetches, whatever the buffer's
-    # alignment): with shares packed end to end, two threads wrote the line they shared for every row and tree, and
-    # 2 threads ran 1.66x one (docs/ARCHITECTURE.md "Contributions (TreeSHAP)").
+    # Threads' shares of the kernel's scratch buffers lie at least a page (4 KB) apart,
+    # whole pages each: hardware prefetchers stay within a page, so one thread's never
+    # pulls in lines the other writes. Packed end to end, or 128 bytes apart, two
+    # threads ran 1.16-1.18x one; 4 KB apart 1.79x, in the same process
+    # (docs/ARCHITECTURE.md "Contributions (TreeSHAP)").
     @property
     def scratch_stride(self) -> int:
         """float64 values of ``scratch`` each thread owns (``max_nodes * lanes``, padded)."""
-        return -(-self.max_nodes * self.lanes // 16) * 16 + 16
+        return _pages(self.max_nodes * self.lanes * 8) // 8
 
     @property
     def ones_stride(self) -> int:
         """int32 values of ``ones`` each thread owns (``max_nodes``, padded)."""
-        return -(-self.max_nodes // 32) * 32 + 32
+        return _pages(self.max_nodes * 4) // 4
+
+
+def _pages(size: int) -> int:
+    """Bytes of the whole 4 KB pages holding ``size`` bytes and one page more."""
+    return (-(-size // 4096) + 1) * 4096
 
 
 @dataclass
