@@ -212,3 +212,30 @@ def test_compile_and_predict_under_omp_proc_bind(tmp_path):
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
                           text=True, timeout=240, cwd=tmp_path)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+
+
+def test_no_thread_outlives_a_load_and_compile(tmp_path):
+    """Loading a JSON model and compiling a kernel in several modules, off a terminal,
+    leave only the main thread: a disabled tqdm bar used to start tqdm's monitor thread
+    for the life of the process."""
+    import os
+    import subprocess
+    import sys
+    script = ("import json, threading, numpy as np, xgboost as xgb, silvanforge\n"
+              "from silvanforge.backends.cpu import build, jit, outline\n"
+              "from test_code_representation import _big_forest\n"
+              "X = np.random.default_rng(0).normal(size=(200, 4))\n"
+              "b = xgb.train({'max_depth': 3}, xgb.DMatrix(X, X[:, 0]), 5)\n"
+              "b.save_model('m.json')\n"
+              "silvanforge.compile('m.json')\n"
+              "build.cores = lambda: 2; outline.BUDGET = 300\n"
+              "jit.MIN_PARALLEL_INSTRUCTIONS = 200\n"
+              "p = silvanforge.compile(_big_forest(n_trees=12, seed=5), representation='code')\n"
+              "assert len(p.kernel.object_code) > 1\n"
+              "print([t.name for t in threading.enumerate()])\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.dirname(__file__),
+                                                         os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                          text=True, timeout=240, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "['MainThread']"

@@ -25,7 +25,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .. import bench, reference
+from .. import bench, progress, reference
 from ..errors import SilvanForgeError, SilvanForgeWarning
 from ..model.forest import Forest
 from ..runtime import compile as sf_compile
@@ -105,10 +105,8 @@ class Evaluator:
         After ``deadline`` (a ``time.perf_counter()`` value) points that would need
         compiling are left out; those already compiled are still checked and timed.
         """
-        from tqdm import tqdm
-
         results, timers = [], {}
-        for point in tqdm(points, desc=desc, disable=not self.progress, leave=False):
+        for point in progress.each(points, desc, self.progress):
             text, options = space.render(point, self.forest.n_trees)
             if (deadline is not None and time.perf_counter() > deadline
                     and _key(text, options) not in self._compiled):

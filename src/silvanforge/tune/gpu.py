@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .. import bench, reference
+from .. import bench, progress, reference
 from ..errors import SilvanForgeError, SilvanForgeWarning
 from ..model.forest import Forest
 from ..plan.gpu_template import (KEEP, DeviceFacts, algorithm1, cache_key, device_facts,
@@ -51,10 +51,8 @@ class Evaluator:
         """Evaluate ``candidates`` (points already evaluated are timed again beside the
         new ones): fastest first, then those skipped. After ``deadline`` (a
         ``time.perf_counter()`` value) no new candidate is compiled."""
-        from tqdm import tqdm
-
         results: list[Result] = []
-        for point in tqdm(candidates, desc=desc, disable=not self.progress, leave=False):
+        for point in progress.each(candidates, desc, self.progress):
             key = render(point, self.forest)
             if key not in self._done:
                 if deadline is not None and time.perf_counter() > deadline:

@@ -14,7 +14,6 @@ import logging
 from typing import Callable, Sequence, Union
 
 import llvmlite.binding as llvm
-from tqdm import tqdm
 
 from ... import progress
 from ...errors import BackendError
@@ -90,7 +89,7 @@ def _instructions(module: ll.Module) -> int:
     return sum(f.instructions for f in module.globals.values())
 
 
-def _progress(desc: str, seconds: float, modules: int) -> tqdm:
+def _progress(desc: str, seconds: float, modules: int) -> progress.Bar:
     """A bar over the ``modules`` of a build predicted to take ``seconds``
     (:func:`silvanforge.progress.bar`)."""
     return progress.bar(desc, seconds, modules, "module")
