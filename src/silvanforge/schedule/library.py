@@ -25,10 +25,11 @@ The measurements behind each choice are in docs/SCHEDULES.md ("Named schedules")
   overlap (16 walks' nodes spill out of the registers). ``compile`` uses it for
   batches of up to 8 rows when no schedule is given.
 - ``code_rows``: for the ``code`` representation, fastest with constant tree indices:
-  rows in parallel blocks of 64; for a block, trees in chunks of 25, each chunk over
-  every row of the block; both tree loops unrolled (``tile(batch, b0, b1, 64);
-  tile(tree, t0, t1, 25); reorder(b0, t0, b1, t1); unroll(t0); unroll(t1);
-  parallel(b0)``). A chunk's code stays in the instruction cache across the rows.
+  rows in parallel blocks of 512; for a block, trees in chunks of 34, each chunk over
+  every row of the block; both tree loops unrolled (``tile(batch, b0, b1, 512);
+  tile(tree, t0, t1, 34); reorder(b0, t0, b1, t1); unroll(t0); unroll(t1);
+  parallel(b0)``). A chunk's code stays in the instruction cache, and its branches'
+  history in the predictor, across the rows.
   ``compile(representation="code")`` uses it when no schedule is given.
 - ``one_tree_at_a_time``: ``reorder(tree, batch)``: one tree over the whole batch.
 - ``tree_parallel``: the tree loop tiled into ``chunks`` parallel chunks (2 by default,
@@ -79,7 +80,14 @@ def _tree_parallel(n_trees: int, chunks: int = 2) -> str:
     return f"tile(tree, t0, t1, {per_chunk})\nreorder(t0, batch, t1)\nparallel(t0)"
 
 
-def _code_rows(n_trees: int, rows: int = 64, trees: int = 25) -> str:
+# ``code_rows``: blocks of rows and tiles of trees as code. A tile's ~1000 branches keep
+# their history in the predictor across the block's rows; 512 rows still give two
+# threads work from 1024 rows (docs/ARCHITECTURE.md, "Row blocks").
+CODE_BLOCK = 512
+CODE_TREE_TILE = 34
+
+
+def _code_rows(n_trees: int, rows: int = CODE_BLOCK, trees: int = CODE_TREE_TILE) -> str:
     chunk = max(1, min(trees, n_trees))
     return (f"tile(batch, b0, b1, {rows})\ntile(tree, t0, t1, {chunk})\n"
             "reorder(b0, t0, b1, t1)\nunroll(t0)\nunroll(t1)\nparallel(b0)")
