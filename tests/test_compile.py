@@ -19,7 +19,6 @@ import silvanforge
 from silvanforge import reference
 from silvanforge.backends.cpu import Target
 from silvanforge.errors import InputError, ModelFormatError, ScheduleError
-from silvanforge.representations.code import CODE_FIRST_NODES
 
 from test_forest import random_forests, stump, forest_of
 from util import probe_rows, unaligned, forbid_compiling
@@ -396,13 +395,10 @@ def test_default_representation_follows_the_tree_shapes():
     # A chain of depth 12 pads to 8191 slots for 25 nodes: the array layout is not chosen.
     skewed = forest_of(chain(12), stump())
     predictor = silvanforge.compile(skewed, n_jobs=1)
-    # A small skewed forest becomes code (branches with immediate thresholds); a bigger
-    # one masks (splits tested as vectors) on AVX-512 CPUs, else code still.
-    assert predictor.plan.representation == "code"
-    bigger = forest_of(*[chain(12)] * (CODE_FIRST_NODES // 25 + 1))
+    # A small skewed forest becomes masks (splits tested as vectors) on AVX-512 CPUs,
+    # else code (branches with immediate thresholds).
     avx512 = "avx512f" in Target.host().enabled()
-    assert silvanforge.compile(bigger, n_jobs=1).plan.representation == \
-        ("mask" if avx512 else "code")
+    assert predictor.plan.representation == ("mask" if avx512 else "code")
     X = probe_rows(skewed, 0, 40)
     np.testing.assert_allclose(predictor.predict(X), reference.predict(skewed, X),
                                rtol=1e-12, atol=1e-12)

@@ -85,13 +85,6 @@ class Representation(ABC):
     llvm_opt: ClassVar[int] = 2
 
     @classmethod
-    def rank(cls, forest: Forest) -> float:
-        """Where the planner tries it for ``forest``: ``default_rank`` unless the layout
-        ranks by the forest."""
-        assert cls.default_rank is not None
-        return cls.default_rank
-
-    @classmethod
     def suits(cls, forest: Forest, precision: str, cpu_features: frozenset[str]) -> bool:
         """Whether the planner picks this layout for ``forest`` (at ``precision``, on a
         CPU with ``cpu_features``; empty for GPUs) when the user names none."""

@@ -127,7 +127,7 @@ def choose_representation(forest: Forest, name: str | None, precision: str, devi
         return name
     ranked = sorted((c for c in REGISTRY.values()
                      if c.default_rank is not None and device in c.default_devices),
-                    key=lambda c: c.rank(forest))
+                    key=lambda c: c.default_rank)
     if schedule is not None and schedule.vectorized:
         ranked = [c for c in ranked if c.vector_walks] or ranked
     return next(c.name for c in ranked if c.suits(forest, precision, cpu_features))

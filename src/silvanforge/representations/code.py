@@ -66,9 +66,6 @@ from .sparse import SparseRepresentation
 # The planner emits forests as code up to this many nodes (docs/ARCHITECTURE.md,
 # "Default choices": 61,000 nodes compile in 12-13 s on 2 cores).
 MAX_CODE_NODES = 100_000
-# Up to this many nodes code is the default before mask: compiled in about a second
-# (nyc_taxi, 6,100 nodes: 0.6-1.0 s on 2 cores).
-CODE_FIRST_NODES = 8_192
 
 # (feature, NaN read as 0) → the category operand of that row value in a tree's code.
 _Operands = Callable[[int, bool], decision.CategoryOperand]
@@ -87,13 +84,6 @@ class CodeRepresentation(SparseRepresentation):
     # Trees as branches gain nothing from O2's later passes (docs/ARCHITECTURE.md,
     # "Default choices").
     llvm_opt = 1
-
-    @classmethod
-    def rank(cls, forest: Forest) -> float:
-        # A forest that compiles as code in about a second runs faster as code than as
-        # mask at every batch (real LightGBM models: docs/ARCHITECTURE.md, "Row blocks"):
-        # ahead of mask, still behind array (balanced trees).
-        return 0.5 if forest.n_nodes <= CODE_FIRST_NODES else cls.default_rank
 
     @classmethod
     def suits(cls, forest: Forest, precision: str, cpu_features: frozenset[str]) -> bool:
