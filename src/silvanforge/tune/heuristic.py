@@ -49,6 +49,12 @@ CODE_BLOCK = 16
 # representation").
 LARGE_CODE_BATCH = 512
 CODE_TREE_TILE = 34
+# Layouts whose walks read rows prepared once a block (mask) take blocks of this many
+# rows, walks not interleaved, as their default schedule (`xgboost` with `cache`):
+# nyc_taxi at 1024 rows, 2 threads, the exhaustive best was that shape (with a peeled
+# step, within noise) where interleaved blocks of 16 rows took 1.35x its time
+# (docs/TUNING.md).
+PREPARED_BLOCK = 64
 # From this many rows a call, walks are always interleaved; below, the second stage
 # tries both.
 ALWAYS_INTERLEAVE = 128
@@ -130,6 +136,14 @@ def shortlist(forest: Forest, batch: int, n_jobs: int) -> list[dict[str, Any]]:
             order = "tree_tiles"
             extra = {"block": _block(order, batch), "tree_tile": SMALL_TREE_TILE, **walks,
                      "tile_size": 1}
+        elif REGISTRY[rep].prepares_rows:
+            # Its default's shape (mask: a walk tests a level's splits in one vector
+            # operation, nothing to overlap): blocks of up to PREPARED_BLOCK rows, walks
+            # not interleaved.
+            order = "row_blocks"
+            extra = {"block": max(b for b in _values(order, "block")
+                                  if b <= max(min(batch, PREPARED_BLOCK), 8)),
+                     "interleave": False, "walk": space.WALKS[0], "tile_size": 1}
         else:
             order = "row_blocks"
             extra = {"block": _block(order, batch), **walks, "tile_size": 1}
