@@ -16,6 +16,7 @@ Machine code from a fuzzed predictor is never run: predictors are read with
 
 from __future__ import annotations
 
+import faulthandler
 import io
 import json
 import os
@@ -136,13 +137,31 @@ HARNESSES = {"xgboost_json": model_file, "xgboost_ubjson": model_file,
              "tuning_cache": tuning_cache}
 
 
+def with_stacks(target):
+    """``target``, turning faulthandler on at its first input. libFuzzer has set its
+    signal handlers by then, so a fatal signal prints every Python thread's stack and
+    then reaches libFuzzer's handler (faulthandler restores the previous handler and
+    raises the signal again), which still writes the crashing input. The stacks are for
+    the death inside libFuzzer's exit() that left no input (docs/ARCHITECTURE.md,
+    "Fuzzing")."""
+    started = False
+
+    def run(data: bytes) -> None:
+        nonlocal started
+        if not started:
+            faulthandler.enable(all_threads=True)
+            started = True
+        target(data)
+    return run
+
+
 def main() -> None:
     if len(sys.argv) < 2 or sys.argv[1] not in HARNESSES:
         sys.exit(f"usage: {sys.argv[0]} {{{','.join(HARNESSES)}}} [libFuzzer options]")
     kind = sys.argv.pop(1)
     # Warnings (older formats, skipped cache entries) are answers, not findings.
     warnings.simplefilter("ignore")
-    atheris.Setup(sys.argv, HARNESSES[kind])
+    atheris.Setup(sys.argv, with_stacks(HARNESSES[kind]))
     atheris.Fuzz()
 
 
