@@ -70,9 +70,13 @@ def _vector(n_trees: int, rows: int = VECTOR_BLOCK, cache: bool = True) -> str:
     return f"tile(batch, b0, b1, {rows})\nreorder(b0, tree, b1)\n{copy}vectorize(b1)\nparallel(b0)"
 
 
+# Rows a block of the ``xgboost`` schedule (seed 002 §4.2).
+XGBOOST_BLOCK = 64
+
+
 def _xgboost(n_trees: int, cache: bool = False) -> str:
     copy = "cache(b0)\n" if cache else ""
-    return f"tile(batch, b0, b1, 64)\nreorder(b0, tree, b1)\n{copy}parallel(b0)"
+    return f"tile(batch, b0, b1, {XGBOOST_BLOCK})\nreorder(b0, tree, b1)\n{copy}parallel(b0)"
 
 
 def _tree_parallel(n_trees: int, chunks: int = 2) -> str:

@@ -26,7 +26,7 @@ from ..model.forest import Forest
 from ..plan.planner import MIN_ROWS_PER_THREAD, SMALL_BATCH
 from ..representations.array import copies_rows
 from ..representations import REGISTRY
-from ..schedule.library import SMALL_TREE_TILE, VECTOR_BLOCK
+from ..schedule.library import CODE_TREE_TILE, SMALL_TREE_TILE, VECTOR_BLOCK, XGBOOST_BLOCK
 from . import space
 
 # The evidence for each rule below is in docs/TUNING.md ("The guided search").
@@ -43,18 +43,16 @@ REFINE_BLOCK = 8
 # kernel is slow to compile).
 CODE_BLOCK = 16
 # From this many rows a call, code-emitting representations are also tried in tiles of
-# CODE_TREE_TILE trees over blocks of as many rows as a thread gets, up to 2048 (the
-# ``tiled_code`` order): on the real LightGBM models (NYC-taxi, mtpl2) 1.2-1.35x faster
-# than their default at 1024 and 16384 rows (docs/ARCHITECTURE.md, "The code
-# representation").
+# CODE_TREE_TILE trees (code_rows') over blocks of as many rows as a thread gets, up to
+# 2048 (the ``tiled_code`` order): on the real LightGBM models (NYC-taxi, mtpl2)
+# 1.2-1.35x faster than their default at 1024 and 16384 rows (docs/ARCHITECTURE.md,
+# "The code representation").
 LARGE_CODE_BATCH = 512
-CODE_TREE_TILE = 34
-# Layouts whose walks read rows prepared once a block (mask) take blocks of this many
-# rows, walks not interleaved, as their default schedule (`xgboost` with `cache`):
-# nyc_taxi at 1024 rows, 2 threads, the exhaustive best was that shape (with a peeled
-# step, within noise) where interleaved blocks of 16 rows took 1.35x its time
-# (docs/TUNING.md).
-PREPARED_BLOCK = 64
+# Layouts whose walks read rows prepared once a block (mask) take their default
+# schedule's shape (`xgboost` with `cache`: blocks of XGBOOST_BLOCK rows, walks not
+# interleaved): nyc_taxi at 1024 rows, 2 threads, the exhaustive best was that shape
+# (with a peeled step, within noise) where interleaved blocks of 16 rows took 1.35x its
+# time (docs/TUNING.md, "Prepared rows").
 # From this many rows a call, walks are always interleaved; below, the second stage
 # tries both.
 ALWAYS_INTERLEAVE = 128
@@ -138,11 +136,11 @@ def shortlist(forest: Forest, batch: int, n_jobs: int) -> list[dict[str, Any]]:
                      "tile_size": 1}
         elif REGISTRY[rep].prepares_rows:
             # Its default's shape (mask: a walk tests a level's splits in one vector
-            # operation, nothing to overlap): blocks of up to PREPARED_BLOCK rows, walks
+            # operation, nothing to overlap): blocks of up to XGBOOST_BLOCK rows, walks
             # not interleaved.
             order = "row_blocks"
             extra = {"block": max(b for b in _values(order, "block")
-                                  if b <= max(min(batch, PREPARED_BLOCK), 8)),
+                                  if b <= max(min(batch, XGBOOST_BLOCK), 8)),
                      "interleave": False, "walk": space.WALKS[0], "tile_size": 1}
         else:
             order = "row_blocks"
