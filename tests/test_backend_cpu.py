@@ -562,7 +562,9 @@ def test_entry_checks_the_rows(entry_kind):
     out = np.zeros(6)
     assert call_(rows, 3, out, 1) is True
     np.testing.assert_array_equal(out[:3], [0.5, 1.5, 2.5])
-    unfit = {"float64": rows.astype(np.float64), "big-endian": rows.astype(">f4"),
+    unfit = {"int32": rows.astype(np.int32), "big-endian": rows.astype(">f4"),
+             "big-endian float64": rows.astype(">f8"),
+             "transposed float64": np.asfortranarray(rows.astype(np.float64)),
              "transposed": np.asfortranarray(rows),
              "strided": np.zeros((3, 4), np.float32)[:, ::2],
              "1-D": rows.ravel(), "3 features": np.zeros((3, 3), np.float32),
@@ -576,6 +578,28 @@ def test_entry_checks_the_rows(entry_kind):
     assert call_(rows, 2, out, 1) is False
     assert call_(rows, 4, out, 1) is False
     assert (out == -1).all()
+
+
+def test_entry_rounds_few_float64_rows(entry_kind):
+    # float64 rows of up to NARROW_VALUES values are rounded to float32 by the builtin
+    # itself, as astype does (nearest, ties to even, infinities beyond float32's range,
+    # NaN kept); more go back to the caller, as every float64 array does through ctypes.
+    bias = np.array([0.0])
+    call_ = compile_kernel(axpy_kernel()).entry([bias.ctypes.data],
+                                                RowsLayout(1, np.dtype(np.float32)))
+    tie = 1 + 2.0**-24  # halfway between two float32 values: rounds to even (1.0)
+    rows = np.array([[0.1], [-1e300], [np.nan], [tie], [3.4e38], [1e-46]])
+    out = np.zeros(6)
+    ran = call_(rows, 6, out, 1)
+    assert ran is (entry_kind == "builtin")
+    if ran:
+        with np.errstate(over="ignore"):
+            want = rows.astype(np.float32).ravel().astype(np.float64)
+        assert want[1] == -np.inf and want[3] == 1.0 and want[5] == 0.0
+        np.testing.assert_array_equal(out, want)
+    wide = np.zeros((entry.NARROW_VALUES + 1, 1))
+    assert call_(wide[:-1], len(wide) - 1, np.zeros(len(wide)), 1) is ran
+    assert call_(wide, len(wide), np.zeros(len(wide)), 1) is False
 
 
 def test_entry_refuses_wrong_arguments(entry_kind):

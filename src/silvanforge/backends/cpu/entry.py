@@ -15,6 +15,8 @@ the predictor's Python did, faster: a C-contiguous, aligned 2-D
 array of the model's input dtype, as many rows as the second argument says and one
 column a feature. Rows that fit run and the entry returns True; any other array runs
 nothing and returns False, and the caller converts it (or names what is wrong with it).
+For a float32 layout, a few float64 rows (``NARROW_VALUES`` values) fit too: the entry
+rounds them to float32 itself, as the caller's conversion would.
 Calls of fewer rows than the layout's ``hold_gil_below`` keep the GIL, as numpy keeps it
 for short loops: releasing and taking it back costs a tenth of a one-row call through
 100 trees, and lets no other thread do much in between.
@@ -47,6 +49,11 @@ _INT_TYPES = {ir.BOOL: lir.IntType(1), ir.I8: lir.IntType(8), ir.I32: lir.IntTyp
 
 # numpy's ndarray flags (ndarraytypes.h): the kernel reads rows as C-ordered and aligned.
 _C_CONTIGUOUS, _ALIGNED = 0x1, 0x100
+# float64 rows of at most this many values, for a kernel reading float32, are rounded by
+# the entry itself (16 KB of stack): a one-row call otherwise pays ~2 µs in Python for a
+# ~1 µs kernel. At this size the entry's loop (optimisation level 0) and as_rows' astype
+# cost the same (docs/ARCHITECTURE.md "Calling a kernel from Python").
+NARROW_VALUES = 4096
 
 
 @dataclass(frozen=True)
@@ -59,7 +66,8 @@ class RowsLayout:
     hold_gil_below: int = 0  # fewer rows keep the GIL (the builtin; ctypes releases it)
 
     def fits(self, rows: np.ndarray, n_rows: int) -> bool:
-        """Python's form of the entry's own check."""
+        """Python's form of the entry's own check (float64 rows, which the builtin
+        rounds, do not fit here: the caller converts them)."""
         flags = rows.flags
         return rows.shape == (n_rows, self.n_features) and rows.dtype.num == self.dtype.num \
             and rows.dtype.byteorder == "=" and flags.c_contiguous and flags.aligned
@@ -184,10 +192,13 @@ def _module(free: Sequence[ir.Buffer | ir.Var], bound: Sequence[int], kernel: in
         flags = builder.and_(field(table, offsets.flags, i32), i32(wanted))
         check(builder.icmp_signed("==", flags, i32(wanted)), unfit)
         descr = field(table, offsets.descr)
-        kind = field(descr, offsets.type_num, i32)
-        check(builder.icmp_signed("==", kind, i32(rows.dtype.num)), unfit)
         order = field(descr, offsets.byteorder, lir.IntType(8))
         check(builder.icmp_signed("==", order, lir.IntType(8)(ord("="))), unfit)
+        kind = field(descr, offsets.type_num, i32)
+        if rows.dtype == np.float32:
+            values[0] = _narrowed(builder, fn, check, kind, values[0], n_rows, rows, unfit)
+        else:
+            check(builder.icmp_signed("==", kind, i32(rows.dtype.num)), unfit)
     values += [builder.inttoptr(_I64(address), _PTR) for address in bound]
     if rows is not None and rows.hold_gil_below > 0:
         held, released = fn.append_basic_block("held"), fn.append_basic_block("released")
@@ -219,6 +230,47 @@ def _module(free: Sequence[ir.Buffer | ir.Var], bound: Sequence[int], kernel: in
     builder.position_at_end(raised)
     builder.ret(lir.Constant(_PTR, None))
     return module
+
+
+def _narrowed(builder: lir.IRBuilder, fn: lir.Function, check: Callable, kind: Any,
+              data: Any, n_rows: Any, rows: RowsLayout, unfit: Any) -> Any:
+    """The float32 rows the kernel reads: ``data`` itself when the array is float32;
+    float64 rows of at most ``NARROW_VALUES`` values rounded into a buffer on the stack
+    (``fptrunc``: round to nearest, infinities beyond float32's range, as numpy's
+    ``astype`` that :func:`~silvanforge.model.inputs.as_rows` runs for the others);
+    anything else is ``unfit``."""
+    i32 = lir.IntType(32)
+    f32, f64 = lir.FloatType(), lir.DoubleType()
+    # At the function's start, so that the buffer is one fixed frame, not a growing stack.
+    with builder.goto_entry_block():
+        buffer = builder.alloca(f32, NARROW_VALUES, name="narrowed")
+        as_rows = builder.bitcast(buffer, _PTR)
+    same = builder.block
+    wide = fn.append_basic_block("wide")
+    done = fn.append_basic_block("rows")
+    builder.cbranch(builder.icmp_signed("==", kind, i32(rows.dtype.num)), done, wide)
+    builder.position_at_end(wide)
+    check(builder.icmp_signed("==", kind, i32(np.dtype(np.float64).num)), unfit)
+    count = builder.mul(n_rows, _I64(rows.n_features))
+    check(builder.icmp_unsigned("<=", count, _I64(NARROW_VALUES)), unfit)
+    loop, body = fn.append_basic_block("narrow"), fn.append_basic_block("narrow_one")
+    start = builder.block
+    builder.branch(loop)
+    builder.position_at_end(loop)
+    i = builder.phi(_I64)
+    i.add_incoming(_I64(0), start)
+    builder.cbranch(builder.icmp_unsigned("<", i, count), body, done)
+    builder.position_at_end(body)
+    source = builder.bitcast(data, f64.as_pointer())
+    value = builder.load(builder.gep(source, [i]))
+    builder.store(builder.fptrunc(value, f32), builder.gep(buffer, [i]))
+    i.add_incoming(builder.add(i, _I64(1)), body)
+    builder.branch(loop)
+    builder.position_at_end(done)
+    narrowed = builder.phi(_PTR)
+    narrowed.add_incoming(data, same)
+    narrowed.add_incoming(as_rows, loop)
+    return narrowed
 
 
 def _builtin(module: lir.Module, keep: Any) -> Callable:
