@@ -434,26 +434,26 @@ def _read_tree(raw: Any, t: int, output: int, n_features: int, n_outputs: int,
 
     internal = ~leaf
     bad = internal & (right < 0)
-    if np.any(bad):
+    if bad.any():
         raise ModelFormatError(f"{where}, node {int(np.flatnonzero(bad)[0])}: internal node "
                                f"without a right child")
     for name, child in (("left", left), ("right", right)):
         bad = internal & (child >= n)
-        if np.any(bad):
+        if bad.any():
             i = int(np.flatnonzero(bad)[0])
             raise ModelFormatError(f"{where}, node {i}: {name} child {int(child[i])} out of "
                                    f"range (the tree has {n} nodes)")
     bad = internal & (feature >= n_features)
-    if np.any(bad):
+    if bad.any():
         i = int(np.flatnonzero(bad)[0])
         raise ModelFormatError(f"{where}, node {i}: feature index {int(feature[i])} out of "
                                f"range (num_feature is {n_features})")
     bad = internal & (split_type == 0) & np.isnan(cond)
-    if np.any(bad):
+    if bad.any():
         raise ModelFormatError(f"{where}, node {int(np.flatnonzero(bad)[0])}: split "
                                f"threshold is NaN")
-    bad = leaf & ~np.all(np.isfinite(values.reshape(n, -1)), axis=1)
-    if np.any(bad):
+    bad = leaf & ~np.isfinite(values.reshape(n, -1)).all(axis=1)
+    if bad.any():
         raise ModelFormatError(f"{where}, node {int(np.flatnonzero(bad)[0])}: leaf value "
                                f"is not finite")
 

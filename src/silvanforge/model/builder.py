@@ -50,7 +50,7 @@ def int_array(values: Any, what: str, lo: int = _INT32.min, hi: int = _INT32.max
     try:
         arr = np.asarray(values)
         if arr.dtype.kind == "f":
-            if not np.all(np.isfinite(arr)) or np.any(arr != np.floor(arr)):
+            if not np.isfinite(arr).all() or (arr != np.floor(arr)).any():
                 raise ModelFormatError(f"{what}: expected whole numbers")
         elif arr.dtype.kind not in "iub" and arr.size:
             raise ModelFormatError(f"{what}: expected integers, got {arr.dtype} values")

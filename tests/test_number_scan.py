@@ -1,0 +1,79 @@
+"""frontends/number_scan.py: the native scanner reads exactly what float() reads, or
+declines; it takes the numbers XGBoost writes."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from silvanforge.frontends import number_scan
+from silvanforge.frontends.number_scan import scan
+
+finite = st.floats(allow_nan=False, allow_infinity=False)
+
+
+def bits(values) -> list[int]:
+    """Values as their float64 bits: -0.0 differs from 0.0, as a parser's must not."""
+    return np.asarray(values, dtype=np.float64).view(np.int64).tolist()
+
+
+def xgboost_text(value: float) -> str:
+    """A float32 as XGBoost's JSON writer gives it: shortest digits, 'E' exponent
+    ("2.8186565E-2", "1E0")."""
+    with np.errstate(over="ignore"):
+        text = np.format_float_scientific(np.float32(value), unique=True, exp_digits=1)
+    return text.upper().replace("E+", "E").replace(".E", "E")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(finite.map(repr), finite.map(lambda v: f"{v:.17g}"),
+                          finite.map(lambda v: f"{v:.6e}"), finite.map(xgboost_text),
+                          st.integers(-10**20, 10**20).map(str)), min_size=1, max_size=20),
+       st.sampled_from([",", ", ", " ,\n\t", " "]))
+def test_what_it_reads_is_what_float_reads(texts, sep):
+    got = scan(sep.join(texts), "," if "," in sep else " ")
+    if got is not None:
+        assert bits(got) == bits([float(t) for t in texts])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.just(0.0), finite.filter(lambda v: 1e-13 <= abs(v) < 1e21))
+                .map(xgboost_text) | st.integers(-2**31, 2**31).map(str),
+                min_size=1, max_size=50))
+def test_it_reads_the_numbers_xgboost_writes(texts):
+    # Integers, and float32 values of the magnitudes models hold (1e-13 to 1e21: a
+    # power of ten within 10**22 once the 9 digits are an integer); others may go the
+    # slow way, which test_what_it_reads_is_what_float_reads covers.
+    got = scan(",".join(texts), ",")
+    assert got is not None
+    assert bits(got) == bits([float(t) for t in texts])
+
+
+@pytest.mark.parametrize("text, want", [
+    ("-0", -0.0), ("-0.0e5", -0.0), ("0e99999999", 0.0), ("007", 7.0), ("1e22", 1e22),
+    ("1E-22", 1e-22), ("9007199254740992", 2.0**53), ("0.000000000000000000001", 1e-21),
+    ("900719925474099e-15", 0.900719925474099)])
+def test_edges_of_the_fast_path(text, want):
+    assert bits(scan(text, ",")) == bits([want])
+
+
+@pytest.mark.parametrize("text", [
+    "1e23", "9007199254740993", "1234567890123456789", "1e-23", "0.12345678901234567",
+    "", "1.", ".5", "+1", "1,,2", "1,2,", ",1", "1-2", "1e", "1e+", "--1", "-", "nan",
+    "inf", "0x10", "1.2.3", "1\v,2", "1 ,\f2", "1,x", "1 2", "é"])
+def test_it_declines_what_is_not_exact_or_not_its_grammar(text):
+    assert scan(text, ",") is None
+
+
+@pytest.mark.parametrize("text", ["1  2", "1\t2", "1,2", "1 ", " 1", "1 -"])
+def test_single_spaces_only(text):
+    assert scan(text, " ") is None
+
+
+def test_it_writes_only_the_slots_it_is_given():
+    function, _ = number_scan._scanner()
+    out = np.full(3, -7.0)
+    data = b"1,2,3"
+    assert function(data, len(data), 1, out.ctypes.data, 2) == -1
+    assert out[2] == -7.0
+    # It reads only the length it is told: the rest of the bytes are not its text.
+    assert function(data, 3, 1, out.ctypes.data, 3) == 2 and out[:2].tolist() == [1, 2]
