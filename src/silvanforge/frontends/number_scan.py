@@ -37,6 +37,7 @@ import numpy as np
 
 # Powers of ten that are exact doubles (5**22 < 2**53).
 _EXACT_POWERS = 22
+_SEPARATORS = {",": b",", " ": b" "}
 
 _IR = r"""
 @p10 = private unnamed_addr constant [23 x double] [POWERS]
@@ -331,7 +332,7 @@ def scan(text: str, sep: str) -> np.ndarray | None:
         data = text.encode("ascii")
     except UnicodeEncodeError:
         return None
-    cap = data.count(sep.encode()) + 1
+    cap = data.count(_SEPARATORS[sep]) + 1
     out = np.empty(cap)
     function, _ = _scanner()
     read = function(data, len(data), sep == ",", out.ctypes.data, cap)
