@@ -33,6 +33,8 @@ class Spec:
     trees: int = 100
     depth: int = 8  # XGBoost / random-forest depth; LightGBM uses leaves
     leaves: int = 31
+    max_depth: int = -1  # LightGBM's limit (-1: none)
+    classes: int = 4  # for task "multi"
     categorical: int = 0  # trailing integer-coded categorical columns (LightGBM)
     missing: float = 0.0  # fraction of values set to NaN
     train_rows: int = 8000
@@ -57,6 +59,9 @@ SPECS = [
          note="scikit-learn RandomForestClassifier"),
     Spec("multiclass", "xgboost", 20, "multi", trees=40, depth=6, quick=True,
          note="XGBoost multi:softprob, 4 classes"),
+    Spec("lightgbm-multiclass", "lightgbm", 10, "multi", trees=40, leaves=32, max_depth=5,
+         classes=3, note="LightGBM multiclass, 3 classes x 40 rounds, depth <= 5 "
+         "(issue 27's small multiclass forest)"),
 ]
 
 
@@ -80,7 +85,8 @@ def _labels(spec: Spec, X: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     if spec.task == "bin":
         return (signal > 0).astype(np.int64)
     if spec.task == "multi":
-        return np.digitize(signal, np.quantile(signal, [0.25, 0.5, 0.75]))
+        cuts = np.arange(1, spec.classes) / spec.classes
+        return np.digitize(signal, np.quantile(signal, cuts))
     if spec.task == "poisson":
         return rng.poisson(np.exp(signal / 2)).astype(np.float64)
     return signal
@@ -96,10 +102,10 @@ def _estimator(spec: Spec):
     if spec.library == "lightgbm":
         import lightgbm as lgb
 
-        kind = lgb.LGBMClassifier if spec.task == "bin" else lgb.LGBMRegressor
+        kind = lgb.LGBMClassifier if spec.task in ("bin", "multi") else lgb.LGBMRegressor
         objective = "poisson" if spec.task == "poisson" else None
         return kind(n_estimators=spec.trees, num_leaves=spec.leaves, objective=objective,
-                    min_child_samples=5, verbose=-1)
+                    max_depth=spec.max_depth, min_child_samples=5, verbose=-1)
     from sklearn.ensemble import RandomForestClassifier
 
     return RandomForestClassifier(n_estimators=spec.trees, max_depth=spec.depth,
@@ -135,26 +141,29 @@ def build(spec: Spec, n_rows: int, folder: str, seed: int = 0) -> Case:
                 estimator=est, path=path, note=spec.note)
 
 
-def shared_cases(n_rows: int) -> list[Case]:
+def shared_cases(n_rows: int, drawn: bool = False) -> list[Case]:
     """../shared/models/: XGBoost ``*.json`` and LightGBM ``*.lgb.txt`` models with the
-    rows of their CSV files (``<stem>.*.csv``: feature columns, then a label)."""
+    rows of their CSV files (``<stem>.*.csv``: feature columns, then a label), repeated
+    up to ``n_rows``; ``drawn``: ``n_rows`` distinct rows drawn around each model's
+    split points instead (``bench.random_rows``), so that no batch repeats rows."""
     cases = []
     for path in sorted(glob.glob(os.path.join(SHARED, "*.json"))
                        + glob.glob(os.path.join(SHARED, "*.lgb.txt"))):
         stem = path[:-len(".json")] if path.endswith(".json") else path[:-len(".lgb.txt")]
         csvs = sorted(glob.glob(stem + ".*.csv"))
-        rows = np.loadtxt(csvs[0], delimiter=",", ndmin=2) if csvs else None
+        rows = np.loadtxt(csvs[0], delimiter=",", ndmin=2) if csvs and not drawn else None
         case = case_from_file(path, rows, n_rows)
         case.name = "shared/" + case.name
-        case.note = "real model" + (f", rows of {os.path.basename(csvs[0])}" if csvs else "")
+        case.note = "real model" + (f", rows of {os.path.basename(csvs[0])}" if rows is not None
+                                    else f", {n_rows} rows drawn around its split points")
         cases.append(case)
     return cases
 
 
 def cases(quick: bool, n_rows: int, names: list[str] | None = None,
-          folder: str | None = None, log=print) -> list[Case]:
+          folder: str | None = None, log=print, drawn: bool = False) -> list[Case]:
     """Every benchmark model (``quick``: the small subset; ``names``: only those), then
-    the shared ones."""
+    the shared ones (``drawn``: see :func:`shared_cases`)."""
     folder = folder or tempfile.mkdtemp(prefix="sf-bench-models-")
     out = []
     for spec in SPECS:
@@ -162,4 +171,4 @@ def cases(quick: bool, n_rows: int, names: list[str] | None = None,
             continue
         log(f"training {spec.name} ({spec.library}, {spec.trees} trees)")
         out.append(build(spec, n_rows, folder))
-    return out + [c for c in shared_cases(n_rows) if not names or c.name in names]
+    return out + [c for c in shared_cases(n_rows, drawn) if not names or c.name in names]

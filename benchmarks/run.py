@@ -43,6 +43,16 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, nargs="+", help="thread counts")
     parser.add_argument("--models", nargs="+", help="only these models (names in models.py)")
     parser.add_argument("--engines", nargs="+", help="only these engines")
+    parser.add_argument("--cpu", action="append", default=[], metavar="CPU",
+                        help="also time SilvanForge built for this CPU (an LLVM CPU name or "
+                        "x86-64 level, e.g. x86-64-v3 for AVX2 without AVX-512) as engine "
+                        "silvanforge@CPU; repeatable")
+    parser.add_argument("--rounds", type=int,
+                        help="interleaved rounds (medians over them; default 9, --quick 3)")
+    parser.add_argument("--drawn-rows", action="store_true",
+                        help="shared models: distinct rows drawn around their split points "
+                        "instead of their CSV rows repeated (2000 rows repeat 8 times in "
+                        "a batch of 16384)")
     parser.add_argument("--against", nargs=2, action="append", default=[],
                         metavar=("LABEL", "SRC"),
                         help="also time the SilvanForge of another checkout's src folder "
@@ -50,12 +60,15 @@ def main(argv=None) -> int:
                         "silvanforge@LABEL, in its own process; repeatable")
     args = parser.parse_args(argv)
     batches, threads, rounds, repeat = QUICK if args.quick else FULL
-    batches, threads = args.batch or batches, args.threads or threads
+    batches, threads, rounds = args.batch or batches, args.threads or threads, \
+        args.rounds or rounds
     engines = [e for e in bench.default_engines(args.lleaves_venv)
                if not args.engines or e.name in args.engines]
+    engines += [bench.SilvanForgeEngine(cpu) for cpu in args.cpu]
     engines += [bench.CheckoutEngine(src, label) for label, src in args.against]
     start = time.perf_counter()
-    cases = models.cases(args.quick, max(*batches, MIN_ROWS), args.models)
+    cases = models.cases(args.quick, max(*batches, MIN_ROWS), args.models,
+                         drawn=args.drawn_rows)
     result = bench.run(cases, engines, batches, threads, rounds, repeat)
     for path in report.write(result, args.out):
         print("wrote", path)

@@ -157,12 +157,20 @@ def _need(value: Any, what: str) -> Any:
 
 
 class SilvanForgeEngine(Engine):
-    name, module = "silvanforge", "silvanforge"
+    """This SilvanForge with its defaults; given ``cpu`` (an LLVM CPU name or x86-64
+    level, e.g. "x86-64-v3"), built for that CPU and named ``silvanforge@cpu``."""
+
+    module = "silvanforge"
+
+    def __init__(self, cpu: str | None = None) -> None:
+        self.cpu = cpu
+        self.name = "silvanforge" if cpu is None else f"silvanforge@{cpu}"
 
     def prepare(self, case: Case, threads: Sequence[int]) -> Loaded:
         from .runtime import compile as sf_compile
 
-        predictor = sf_compile(case.forest, n_jobs=max(threads))
+        options = {} if self.cpu is None else {"cpu": self.cpu}
+        predictor = sf_compile(case.forest, n_jobs=max(threads), **options)
         return _Calls(lambda X, t: predictor.predict(X, n_jobs=t))
 
 
@@ -527,7 +535,8 @@ def run(cases: Sequence[Case], engines: Sequence[Engine], batches: Sequence[int]
     Returns a JSON-ready dict: ``rows`` (one per model, batch, threads and engine, with
     ``status`` "ok", "mismatch" or "error"), ``skipped`` (model, engine, reason),
     ``models`` (shape facts) and ``settings``. Timings are medians of interleaved runs;
-    ``ratio_to_best_peer`` is time over the fastest engine other than SilvanForge.
+    ``ratio_to_best_peer`` is time over the fastest engine other than SilvanForge (any
+    ``silvanforge@...`` engine is SilvanForge too).
     Memory: ``prepare_peak_mib`` and ``predict_peak_mib`` are tracemalloc peaks (Python
     and numpy allocations only), ``prepare_rss_growth_mib`` the growth of the process's
     RSS high-water mark (getrusage) while preparing, which sees native allocations but
@@ -619,7 +628,8 @@ def _measure_point(case: Case, info: dict, loaded: Mapping[str, Loaded],
             row.update(status="error", reason=f"{type(exc).__name__}: {exc}"[:300])
         rows.append(row)
     times = interleaved_medians(timers, rounds, repeat, min_s) if timers else {}
-    peers = [s for name, s in times.items() if name != "silvanforge"]
+    # Ours: this build, others built for other CPUs, other checkouts (silvanforge@...).
+    peers = [s for name, s in times.items() if not name.startswith("silvanforge")]
     best_peer = min(peers) if peers else None
     for row in rows:
         s = times.get(row["engine"])
