@@ -19,6 +19,7 @@ import silvanforge
 from silvanforge import reference
 from silvanforge.backends.cpu import Target
 from silvanforge.errors import InputError, ModelFormatError, ScheduleError
+from silvanforge.schedule.schedule import MAX_SHARE
 
 from test_forest import random_forests, stump, forest_of
 from util import probe_rows, unaligned, forbid_compiling
@@ -50,6 +51,8 @@ def schedules(forest) -> dict[str, str]:
         "cached": "tile(batch, b0, b1, 8)\ncache(b0)\nreorder(b0, tree, b1)\ncache(tree)",
         "vector reduce": f"tile(tree, t0, t1, {half})\nreorder(t0, batch, t1)\nparallel(t0)\n"
                          "vectorReduce(t0, 4)",
+        "thread shares": f"tile(batch, b0, b1, share)\ntile(tree, t0, t1, {half})\n"
+                         "reorder(b0, t0, b1, t1)\nparallel(b0)",
     }
     if peel:
         out["peeled walk"] = f"peelWalk(tree, {peel})"
@@ -95,6 +98,22 @@ def test_every_schedule_and_batch_size(forest, representation):
             X = rng.normal(size=(n, 3)).astype(np.float32)
             np.testing.assert_allclose(predictor.predict(X), reference.predict(forest, X),
                                        rtol=1e-12, err_msg=f"{name}, {n} rows")
+
+
+@pytest.mark.parametrize("n_jobs", [1, 2, 3])
+def test_thread_shares_cover_every_row(forest, n_jobs):
+    # A share is ceil(rows / threads), at most MAX_SHARE: calls of a few rows, of rows
+    # not divisible by the threads, and of more than MAX_SHARE rows on one thread (several
+    # blocks a thread) each add every tree to every row once.
+    predictor = silvanforge.compile(forest, schedule="tile(batch, b0, b1, share)\n"
+                                    "reorder(b0, tree, b1)\nparallel(b0)", n_jobs=3)
+    assert "step S" in predictor.dump("mir") and "share = " in predictor.dump("lir")
+    rng = np.random.default_rng(5)
+    for n in (0, 1, 2, 3, 10, 1001, 2 * MAX_SHARE + 5):
+        X = rng.normal(size=(n, 3)).astype(np.float32)
+        np.testing.assert_allclose(predictor.predict(X, n_jobs=n_jobs),
+                                   reference.predict(forest, X), rtol=1e-12,
+                                   err_msg=f"{n} rows")
 
 
 @pytest.mark.parametrize("representation", REPRESENTATIONS)

@@ -19,7 +19,7 @@ from hypothesis import given, settings, strategies as st
 import silvanforge
 from silvanforge import reference
 from silvanforge.backends.gpu import CUDARenderer, OpenCLRenderer
-from silvanforge.errors import BackendError, InputError, UnsupportedModelError
+from silvanforge.errors import BackendError, InputError, ScheduleError, UnsupportedModelError
 from silvanforge.lir import finish, gpu, ir
 from silvanforge.lir.interpret import NUMPY_DTYPES, run_launch
 from silvanforge.mir import lower as mir_lower
@@ -364,6 +364,11 @@ def test_gpu_only_nodes_are_refused_on_cpu():
 def test_schedules_a_gpu_cannot_run(forest, schedule, message):
     with pytest.raises(BackendError, match=message):
         _program(forest, schedule, "sparse")
+
+
+def test_a_thread_share_is_refused_on_gpus(forest):
+    with pytest.raises(ScheduleError, match="no meaning on a GPU"):
+        _program(forest, "tile(batch, b0, b1, share)\ngpuDimension(b0, grid.x)", "sparse")
 
 
 def test_unknown_target_names_the_valid_ones(forest):

@@ -96,6 +96,25 @@ def test_named_schedules(name, n_rows):
     np.testing.assert_allclose(interpret(fn, forest, X), sums(forest, X), rtol=1e-12)
 
 
+@pytest.mark.parametrize("threads", [1, 2, 3, 8])
+@pytest.mark.parametrize("n_rows", [0, 1, 5, 64, 130])
+def test_thread_shares(threads, n_rows):
+    # Blocks of ceil(rows / threads): one a thread, the last one short.
+    forest = random_forest(2, 6, 2)
+    X = np.random.default_rng(n_rows).normal(size=(n_rows, 3))
+    fn = lower(forest, Schedule.parse("tile(batch, b0, b1, share)\ntile(tree, t0, t1, 3)\n"
+                                      "reorder(b0, t0, b1, t1)\nunroll(t1)\nparallel(b0)"))
+    assert "step S" in print_mir(fn) and "min(S + b0, N)" in print_mir(fn)
+    np.testing.assert_allclose(interpret(fn, forest, X, threads), sums(forest, X), rtol=1e-12)
+
+
+def test_a_share_has_no_compile_time_trip_count():
+    forest = random_forest(2, 6, 2)
+    # The inner loop of a share moved outside its outer one would run a share's trip.
+    with pytest.raises(ScheduleError, match="compile-time trip count"):
+        lower(forest, Schedule.parse("tile(batch, b0, b1, share)\nreorder(b1, b0)"))
+
+
 def test_all_schedules_run_exhaustively():
     forest = random_forest(7, 6, 2)
     X = np.random.default_rng(0).normal(size=(11, 3))

@@ -85,6 +85,10 @@ def test_text_round_trip(s):
     ("gpuDimension(batch, block.x)\ngpuDimension(tree, grid.x)", "grid dimension inside"),
     ("parallel(tree)\ntile(tree, a, b, 2)", "tile it before"),
     ("tile(batch, a, b, x)", "must be an integer"),
+    ("tile(tree, a, b, share)", "divides 'batch' itself"),
+    ("tile(batch, a, b, 4)\ntile(b, c, d, share)", "divides 'batch' itself"),
+    ("split(batch, a, b, share)", "must be an integer"),
+    ("tile(batch, a, b, share)\nreorder(a, tree, b)\ninterleave(b)", "run-time trip count"),
     ("tile batch", r"expected name\(arguments"),
 ])
 def test_errors_name_line_and_reason(text, message):

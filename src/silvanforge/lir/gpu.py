@@ -75,7 +75,7 @@ from ..model.forest import Forest
 from .representation import Representation
 from . import ir
 from .finish import finish_row
-from .lower import _INPUT_DTYPES, _Lowering, _name, check_walks
+from .lower import _INPUT_DTYPES, _Lowering, _name, check_walks, uses_share
 
 # Shared memory one block may use: CUDA's static limit, and at least what OpenCL devices
 # offer (PoCL on a CPU gives far more). Caches that would exceed it are not built.
@@ -678,6 +678,10 @@ def lower(fn: mir.Function, forest: Forest, rep: Representation) -> Program:
         # Launch shapes, mapped indices and tree caches take loop variables as indices.
         raise ScheduleError(f"{moved.var} runs outside a loop its range starts from (an "
                             "offset loop): GPU lowering takes only loops of absolute indices")
+    if uses_share(fn.body):
+        # A thread's share is a CPU notion: a GPU grid's shape comes from its tiles.
+        raise ScheduleError("a tile of size 'share' (a CPU thread's share of the rows) "
+                            "has no meaning on a GPU: give the tile a size")
     check_walks(fn, forest, rep)
     rows = ir.Buffer("rows", _INPUT_DTYPES[forest.input_dtype], readonly=True)
     n_rows = ir.Var("n_rows", ir.I64)

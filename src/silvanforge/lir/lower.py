@@ -34,6 +34,7 @@ from ..errors import ScheduleError
 from ..mir.legalize import check_peel
 from ..model.forest import Forest
 from ..schedule import TREE
+from ..schedule.schedule import MAX_SHARE
 from .representation import Representation, RowValues
 from . import ir
 from .finish import epilogue
@@ -90,6 +91,8 @@ class _Lowering:
     prepared: tuple[ir.Buffer, ir.Expr, int] | None = None
     # Tree loop variables whose value the code being lowered knows (see tree_switch).
     fixed: dict[str, int] = field(default_factory=dict)
+    # The value of MIR's S (a thread's share of the rows), declared by lower() when used.
+    share: ir.Var = field(default_factory=lambda: ir.Var("share", ir.I64))
 
     # ---- expressions --------------------------------------------------------------------
     def affine(self, a: mir.Affine) -> ir.Expr:
@@ -98,7 +101,8 @@ class _Lowering:
         for var, coef in a.terms:
             if var in fixed:
                 continue
-            v = self.n_rows if var == mir.N else ir.Var(_name(var), ir.I64)
+            v = self.n_rows if var == mir.N else self.share if var == mir.S \
+                else ir.Var(_name(var), ir.I64)
             term = v if coef == 1 else ir.BinOp("mul", ir.i64(coef), v)
             expr = term if expr == ir.i64(0) else ir.BinOp("add", expr, term)
         if a.div != 1:
@@ -158,7 +162,8 @@ class _Lowering:
             # GPU dimensions mean nothing on a CPU: such loops run serially here, which
             # legalization has already made safe.
             body = self.tree_switch(op, var) if self.switches_on(op) else self.body(op.body)
-            return [ir.For(var, self.bound(op.lower), self.bound(op.upper), ir.i64(op.step),
+            step = ir.i64(op.step) if isinstance(op.step, int) else self.affine(op.step)
+            return [ir.For(var, self.bound(op.lower), self.bound(op.upper), step,
                            body, parallel=op.parallel,
                            threads=self.n_threads if op.parallel else None)]
         if isinstance(op, mir.Guard):
@@ -756,6 +761,8 @@ def lower(fn: mir.Function, forest: Forest, rep: Representation) -> ir.Kernel:
     # The result buffer first, then the privatized ones, in declaration order.
     data_params.sort(key=lambda b: b.name != _name(fn.result))
     body = lowering.body(fn.body)
+    if uses_share(fn.body):
+        body.insert(0, ir.Declare(lowering.share, share_expr(n_rows, n_threads)))
     finish = ir.Var("finish", ir.I64)
     # Rows are finished in parallel when the kernel has threads to spare.
     body += epilogue(forest, data_params[0], n_rows, finish,
@@ -775,6 +782,21 @@ def _walks(ops: tuple) -> list[mir.WalkMember | mir.Walk]:
         elif isinstance(op, mir.InterleavedWalk):
             out += op.members
     return out
+
+
+def uses_share(ops: tuple) -> bool:
+    """Whether a loop of ``ops`` steps by MIR's ``S`` (a ``share`` tile of rows)."""
+    return any(isinstance(op, (mir.Loop, mir.Guard)) and (
+        (isinstance(op, mir.Loop) and not isinstance(op.step, int)) or uses_share(op.body))
+        for op in ops)
+
+
+def share_expr(n_rows: ir.Expr, n_threads: ir.Expr) -> ir.Expr:
+    """``mir.share`` in LIR: min(ceil(n_rows / threads), MAX_SHARE), at least 1."""
+    threads = ir.BinOp("max", n_threads, ir.i64(1))
+    per = ir.BinOp("div", ir.BinOp("add", n_rows, ir.BinOp("sub", threads, ir.i64(1))),
+                   threads)
+    return ir.BinOp("max", ir.BinOp("min", per, ir.i64(MAX_SHARE)), ir.i64(1))
 
 
 def _parallel(ops: tuple) -> bool:

@@ -20,18 +20,20 @@ import numpy as np
 from .. import reference
 from ..model.forest import Forest
 from ..model.inputs import as_matrix
-from .ir import (N, CacheRows, CacheTrees, Cond, Function, Guard, InterleavedWalk, Loop, Op,
-                 Reduce, ReduceDimension, ReduceDimensionInplace, Walk)
+from .ir import (N, S, CacheRows, CacheTrees, Cond, Function, Guard, InterleavedWalk, Loop, Op,
+                 Reduce, ReduceDimension, ReduceDimensionInplace, Walk, share)
 
 
-def interpret(fn: Function, forest: Forest, X: Any) -> np.ndarray:
-    """Run ``fn`` on rows ``X``; returns the (rows, n_outputs) per-output tree sums."""
+def interpret(fn: Function, forest: Forest, X: Any, threads: int = 1) -> np.ndarray:
+    """Run ``fn`` on rows ``X``; returns the (rows, n_outputs) per-output tree sums.
+    ``threads`` sizes a thread's share of the rows (the symbol ``S``); iterations still
+    run one after another."""
     rows = as_matrix(X, forest)
-    return _Machine(fn, forest, rows).run()
+    return _Machine(fn, forest, rows, threads).run()
 
 
 class _Machine:
-    def __init__(self, fn: Function, forest: Forest, rows: np.ndarray) -> None:
+    def __init__(self, fn: Function, forest: Forest, rows: np.ndarray, threads: int) -> None:
         self.fn, self.forest = fn, forest
         leaves = reference.global_leaves(forest, rows)  # global node ids, (rows, trees)
         self.values = reference.leaf_values(forest, rows, leaves)
@@ -42,9 +44,10 @@ class _Machine:
                         for b in fn.buffers}
         self.frames: list[dict] = []   # concurrent loops: current iteration, writes seen
         self.caches: list[tuple[str, int, int]] = []
+        self.share = share(self.n, threads)
 
     def run(self) -> np.ndarray:
-        self.block(self.fn.body, {N: self.n})
+        self.block(self.fn.body, {N: self.n, S: self.share})
         for name, buf in self.buffers.items():
             assert name == self.fn.result or not buf.any(), f"{name} was not reduced"
         return self.buffers[self.fn.result]
@@ -61,7 +64,8 @@ class _Machine:
             frame = {"writes": {}} if op.concurrent else None
             if frame is not None:
                 self.frames.append(frame)
-            for i in range(op.lower.evaluate(env), op.upper.evaluate(env), op.step):
+            step = op.step if isinstance(op.step, int) else op.step.evaluate(env)
+            for i in range(op.lower.evaluate(env), op.upper.evaluate(env), step):
                 if frame is not None:
                     frame["iter"] = i
                 self.block(op.body, {**env, op.var: i})

@@ -1,13 +1,15 @@
 """MIR: the loop nest a schedule describes, with tree walks and reductions as single ops.
 
 Index arithmetic is affine: an :class:`Affine` is ``(const + sum(coef * var)) floordiv
-div`` over loop variables and the symbol ``N`` (the batch size, known at run time). A
+div`` over loop variables and the symbols ``N`` (the batch size, known at run time) and
+``S`` (a thread's share of the rows, ``min(ceil(N / threads), MAX_SHARE)``, at least 1:
+the step of a ``tile(batch, b0, b1, share)``). A
 :class:`Bound` is the minimum of one or more affine terms (``min`` expresses remainders).
 
 Ops (a body is a tuple of ops, executed in order):
 
 - ``Loop(var, kind, lower, upper, step, body)``: ``for var = lower; var < upper; var +=
-  step``. ``kind`` is ``batch`` (var indexes rows) or ``tree``. Loop variables hold
+  step`` (``step`` an int, or the symbol ``S`` as an Affine). ``kind`` is ``batch`` (var indexes rows) or ``tree``. Loop variables hold
   absolute indices: the inner loop of a tile runs ``[outer, min(outer + size, end))``.
   Flags: ``parallel`` (iterations may run concurrently), ``gpu_dim`` (mapped to a grid or
   block dimension: also concurrent), ``cache``; reduction attributes ``atomic_reduce``,
@@ -44,7 +46,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping, Union
 
+from ..schedule.schedule import MAX_SHARE
+
 N = "N"  # the batch-size symbol
+S = "S"  # a thread's share of the rows (the module's docstring)
+
+
+def share(n_rows: int, threads: int) -> int:
+    """The value of ``S`` for a call of ``n_rows`` rows on ``threads`` threads.
+
+    >>> share(1000, 2), share(100000, 1), share(0, 4)
+    (500, 16384, 1)
+    """
+    return max(1, min(-(-n_rows // max(threads, 1)), MAX_SHARE))
 
 
 @dataclass(frozen=True)
@@ -259,7 +273,7 @@ class Loop:
     kind: str
     lower: Bound
     upper: Bound
-    step: int
+    step: "int | Affine"
     body: tuple["Op", ...]
     parallel: bool = False
     gpu_dim: str | None = None
@@ -277,7 +291,7 @@ class Loop:
     def max_trip(self) -> int | None:
         """A compile-time bound of the trip count, or None (rows)."""
         lo = self.lower.single
-        if lo is None:
+        if lo is None or not isinstance(self.step, int):
             return None
         spans = [(t - lo) for t in self.upper.terms if t.div == lo.div == 1]
         consts = [max(s.const, 0) for s in spans if s.is_const]

@@ -27,8 +27,8 @@ from functools import lru_cache
 from ..errors import ScheduleError
 from ..model.forest import Forest
 from ..schedule import BATCH, TREE, LoopNode, Schedule
-from ..schedule.schedule import VECTOR_LANES
-from .ir import (N, Affine, Bound, BufferDecl, CacheRows, CacheTrees, Cond, Function, Guard,
+from ..schedule.schedule import SHARE, VECTOR_LANES
+from .ir import (N, S, Affine, Bound, BufferDecl, CacheRows, CacheTrees, Cond, Function, Guard,
                  InterleavedWalk, Loop, Op, Reduce, Walk, WalkMember)
 from .legalize import check_peel, covered, legalize_reductions
 
@@ -52,7 +52,7 @@ class _Builder:
         self.range = lru_cache(maxsize=None)(self._range)
         self.n_trees = n_trees
 
-    def _range(self, var: str) -> tuple[Bound, Bound, int]:
+    def _range(self, var: str) -> tuple[Bound, Bound, int | Affine]:
         """(lower, upper, step) of var over live loop variables and N."""
         info = self.s.vars[var]
         if info.rule == "root":
@@ -61,7 +61,8 @@ class _Builder:
         if info.rule in ("copy", "split_first", "split_second"):
             rename = {old: Affine.var(self.s.resolve(new)) for old, new in info.rename}
             lo, hi = lo.subs(rename), hi.subs(rename)
-        span = info.size * step
+        # A share tile divides the root batch loop (Schedule._tile checks): step 1.
+        span = Affine.var(S) if info.size == SHARE else info.size * step
         if info.rule == "copy":
             return lo, hi, step
         if info.rule == "tile_outer":
@@ -69,7 +70,7 @@ class _Builder:
         if info.rule == "tile_inner":
             outer = Affine.var(self.s.resolve(info.partner))
             extent = _extent(lo, hi)
-            exact = extent is not None and extent % span == 0
+            exact = extent is not None and isinstance(span, int) and extent % span == 0
             return Bound.of(outer), Bound.of(outer + span, *(() if exact else hi.terms)), step
         cut = Bound.of(*(t + span for t in lo.terms), *hi.terms)
         return (lo, cut, step) if info.rule == "split_first" else (cut, hi, step)
@@ -89,7 +90,7 @@ class _Builder:
                     atomic_reduce=bool(attrs.get("atomic_reduce")),
                     vector_reduce=attrs.get("vector_reduce", 0),
                     shared_reduce=bool(attrs.get("shared_reduce")))
-        inside = (loop.lower.free() | loop.upper.free()) - set(above) - {N}
+        inside = (loop.lower.free() | loop.upper.free()) - set(above) - {N, S}
         if inside:
             offset = self.offset(loop, inside)
             if offset is None:
@@ -237,7 +238,7 @@ def _bind(env: dict[str, Affine], guards: tuple[Cond, ...], var: str,
 def _ready(guards: tuple[Cond, ...], bound: tuple[str, ...]) -> tuple[tuple[Cond, ...],
                                                                        tuple[Cond, ...]]:
     """(the guards using only the ``bound`` loops, the others)."""
-    names = set(bound) | {N}
+    names = set(bound) | {N, S}
     return (tuple(g for g in guards if g.free() <= names),
             tuple(g for g in guards if not g.free() <= names))
 

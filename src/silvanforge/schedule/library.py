@@ -52,7 +52,7 @@ from __future__ import annotations
 from typing import Callable
 
 from ..errors import ScheduleError
-from .schedule import Schedule
+from .schedule import SHARE, Schedule
 
 
 def _default(n_trees: int) -> str:
@@ -85,13 +85,12 @@ def _tree_parallel(n_trees: int, chunks: int = 2) -> str:
 
 
 # ``code_rows``: blocks of rows and tiles of trees as code. A tile's ~1000 branches keep
-# their history in the predictor across the block's rows; 512 rows still give two
-# threads work from 1024 rows (docs/ARCHITECTURE.md, "Row blocks").
-CODE_BLOCK = 512
+# their history in the predictor across the block's rows, the more rows the better, so
+# a block is a thread's share of the call (docs/ARCHITECTURE.md, "Row blocks").
 CODE_TREE_TILE = 34
 
 
-def _code_rows(n_trees: int, rows: int = CODE_BLOCK, trees: int = CODE_TREE_TILE) -> str:
+def _code_rows(n_trees: int, rows: int | str = SHARE, trees: int = CODE_TREE_TILE) -> str:
     chunk = max(1, min(trees, n_trees))
     return (f"tile(batch, b0, b1, {rows})\ntile(tree, t0, t1, {chunk})\n"
             "reorder(b0, t0, b1, t1)\nunroll(t0)\nunroll(t1)\nparallel(b0)")

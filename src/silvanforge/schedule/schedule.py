@@ -7,7 +7,10 @@ so ``str(schedule)`` prints the text form back and :func:`Schedule.parse` reads 
 
 Loop modifiers:
 - ``tile(v, outer, inner, size)``: ``outer`` steps over v's range by ``size`` iterations,
-  ``inner`` runs ``[outer, min(outer + size, end of v))``.
+  ``inner`` runs ``[outer, min(outer + size, end of v))``. ``size`` may be ``share``
+  (:data:`SHARE`) for ``batch`` itself: a thread's share of the call's rows, known at run
+  time (``ceil(N / threads)``, at most :data:`MAX_SHARE`), so that a parallel ``outer``
+  gives each thread one block of rows, and one thread the whole call.
 - ``split(v, first, second, n)``: ``first`` runs v's first ``n`` iterations, ``second`` the
   rest; the loops nested in v are duplicated. **Naming rule**: a loop ``x`` nested in v
   becomes ``x.first`` under ``first`` and ``x.second`` under ``second`` (a dotted name,
@@ -58,6 +61,11 @@ from ..errors import ScheduleError
 BATCH, TREE = "batch", "tree"
 GPU_DIMENSIONS = ("grid.x", "grid.y", "grid.z", "block.x", "block.y", "block.z")
 MAX_INTERLEAVE = 64
+# ``tile(batch, b0, b1, share)``: blocks of a thread's share of the rows (MIR symbol S).
+# Capped, so that a huge call on one thread still reuses its rows and sums from cache
+# between tiles of trees (docs/ARCHITECTURE.md "Row blocks").
+SHARE = "share"
+MAX_SHARE = 16384
 VECTOR_LANES = 16  # rows a vector walk takes at once (16 float32 lanes of AVX-512)
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
@@ -116,7 +124,7 @@ class VarInfo:
     kind: str
     rule: str
     parent: str | None = None
-    size: int = 0
+    size: int | str = 0  # an int, or SHARE for a batch tile sized at run time
     partner: str | None = None
     rename: tuple[tuple[str, str], ...] = ()
 
@@ -286,7 +294,7 @@ class Schedule:
         if info.rule == "copy":
             return self.max_trip(info.parent)
         if info.rule == "tile_inner":
-            return info.size
+            return None if info.size == SHARE else info.size
         if info.rule == "split_first":
             parent = self.max_trip(info.parent)
             return info.size if parent is None else min(info.size, parent)
@@ -364,7 +372,12 @@ class Schedule:
     def _tile(self, v: Any, outer: Any, inner: Any, size: Any) -> None:
         v = self._live(v)
         outer, inner = self._new(outer, inner)
-        size = self._size(size, "tile size")
+        if size == SHARE:
+            if v != BATCH or self.vars[v].rule != "root":
+                raise self._error(f"a tile of size {SHARE!r} (a thread's share of the "
+                                  f"rows) divides {BATCH!r} itself, not {v!r}")
+        else:
+            size = self._size(size, "tile size")
         self._no_attrs(v)
         kind = self.vars[v].kind
         self.vars[outer] = VarInfo(outer, kind, "tile_outer", v, size)
