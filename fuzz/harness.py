@@ -142,8 +142,8 @@ def with_stacks(target):
     signal handlers by then, so a fatal signal prints every Python thread's stack and
     then reaches libFuzzer's handler (faulthandler restores the previous handler and
     raises the signal again), which still writes the crashing input. The stacks are for
-    the death inside libFuzzer's exit() that left no input (docs/ARCHITECTURE.md,
-    "Fuzzing")."""
+    a death that leaves no input, as the one inside libFuzzer's exit() does
+    (docs/ARCHITECTURE.md, "Fuzzing")."""
     started = False
 
     def run(data: bytes) -> None:
