@@ -209,6 +209,35 @@ def test_a_child_forked_after_threaded_predictions_predicts(forest, rows):
     np.testing.assert_array_equal(predictor.predict(rows, n_jobs=2), expected)  # parent
 
 
+_EXIT_AFTER_THREADS = """
+import ctypes, numpy as np, silvanforge
+from silvanforge.model.builder import Tree, build_forest
+trees = [Tree(left=[1, -1, -1], right=[2, -1, -1], feature=[k % 3, 0, 0],
+              threshold=[0.1 * k, 0, 0], leaf_value=[0.0, k, -k]) for k in range(1, 40)]
+forest = build_forest(trees, n_features=3, n_outputs=1)
+predictor = silvanforge.compile(forest, n_jobs=2, schedule="tile(batch, b0, b1, 64)\\n"
+                                "parallel(b0)")
+rows = np.random.default_rng(0).normal(size=(4096, 3))
+for _ in range(20):
+    predictor.predict(rows)
+ctypes.CDLL(None).exit(0)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's exit handlers")
+def test_c_exit_right_after_threaded_predictions_is_clean():
+    """C's exit() right after a parallel predict (libFuzzer ends so; so may a C host):
+    LLVM's static destructors dlclosed the OpenMP runtime while its threads still spun
+    in it, a SIGSEGV every time (the predictor fuzz harness's deaths at exit). The
+    runtime is now opened never to be unloaded (backends/cpu/openmp.py)."""
+    for _ in range(3):
+        # Threads that spin between parallel calls (libgomp's default, forced here).
+        done = subprocess.run([sys.executable, "-c", _EXIT_AFTER_THREADS], timeout=120,
+                              capture_output=True, text=True,
+                              env={**os.environ, "OMP_WAIT_POLICY": "ACTIVE"})
+        assert done.returncode == 0, done.stderr[-2000:]
+
+
 # ---- the tuning cache --------------------------------------------------------------------
 
 def _good_configuration() -> dict:

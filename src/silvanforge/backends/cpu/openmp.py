@@ -4,10 +4,17 @@ Generated code calls the runtime through its C ABI (``GOMP_parallel``,
 ``omp_get_num_threads``), which GNU libgomp provides and LLVM's
 libomp and Intel's libiomp5 implement for compatibility. Loading the library with
 ``load_library_permanently`` makes those symbols visible to the JIT's linker.
+
+"Permanently" ends at exit: LLVM's static destructors ``dlclose`` what it loaded, while
+the runtime's worker threads still run its code (libgomp's spin on after a parallel
+call). A process that calls C's ``exit()`` right after a parallel predict (libFuzzer,
+a C host) then died of SIGSEGV in the unmapped library, every time. So the runtime is
+first opened ``RTLD_NODELETE``: no ``dlclose`` unmaps it.
 """
 
 from __future__ import annotations
 
+import ctypes
 import ctypes.util
 import functools
 import os
@@ -19,6 +26,9 @@ from ...errors import SilvanForgeWarning
 
 # Environment variable naming a runtime to try first (a path or a library name).
 ENV_VAR = "SILVANFORGE_OPENMP"
+# How the runtime is opened first (the module's docstring): its symbols global, never
+# unmapped.
+_NEVER_UNLOADED = os.RTLD_NOW | os.RTLD_GLOBAL | getattr(os, "RTLD_NODELETE", 0)
 # Tried in order after the environment variable and ctypes' search.
 _KNOWN_NAMES = ("libgomp.so.1", "libomp.so", "libomp.so.5", "libiomp5.so",
                 "libgomp.1.dylib", "libomp.dylib")
@@ -48,8 +58,9 @@ def runtime() -> str | None:
     """
     for name in candidates():
         try:
+            ctypes.CDLL(name, mode=_NEVER_UNLOADED)
             llvm.load_library_permanently(name)
-        except RuntimeError:
+        except (OSError, RuntimeError):
             continue
         return name
     warnings.warn("no OpenMP runtime found (tried " + ", ".join(candidates()) +
