@@ -116,6 +116,38 @@ def test_thread_shares_cover_every_row(forest, n_jobs):
                                    err_msg=f"{n} rows")
 
 
+@pytest.mark.parametrize("n_outputs", [1, 3])
+def test_few_rows_take_the_short_path_with_the_same_results(n_outputs, monkeypatch):
+    # predict's first lines send a few rows with the default output and threads to the
+    # small kernel as they are; rows its entry refuses (big-endian, strided) and every
+    # other call take the general path, with the same results or errors.
+    trees = [stump(feature=k % 3, threshold=0.1 * k, values=(k, -k), output=k % n_outputs)
+             for k in range(1, 12)]
+    forest = forest_of(*trees, n_features=3, n_outputs=n_outputs, base_score=0.5,
+                       post_transform="softmax" if n_outputs > 1 else "sigmoid")
+    predictor = silvanforge.compile(forest)
+    assert predictor._few
+    calls = spy_on_kernels(predictor, monkeypatch)
+    rng = np.random.default_rng(4)
+    for n in (1, 2, 8):
+        X = rng.normal(size=(n, 3))
+        want = reference.predict(forest, X)
+        calls.clear()
+        np.testing.assert_allclose(predictor.predict(X), want, rtol=1e-12)
+        assert len(calls) == 1 and calls[0][0] is X and calls[0][1] is True
+        for rows in (X.astype(np.float32), X.astype(">f8"), np.repeat(X, 2, axis=1)[:, ::2]):
+            np.testing.assert_allclose(predictor.predict(rows),
+                                       reference.predict(forest, rows), rtol=1e-12)
+        np.testing.assert_allclose(predictor.predict(X, n_jobs=1), want, rtol=1e-12)
+        np.testing.assert_allclose(predictor.predict(X, output="margin"),
+                                   reference.predict(forest, X, output="margin"), rtol=1e-12)
+    with pytest.raises(InputError, match="2-D"):
+        predictor.predict(np.zeros(3))
+    with pytest.raises(InputError, match="features"):
+        predictor.predict(np.zeros((1, 4)))
+    assert predictor.predict(np.zeros((0, 3))).shape[0] == 0
+
+
 @pytest.mark.parametrize("representation", REPRESENTATIONS)
 def test_small_batches_take_their_own_kernel(forest, representation):
     predictor = silvanforge.compile(forest, representation=representation, n_jobs=2)

@@ -71,8 +71,10 @@ FORMAT_VERSION = 5
 DUMP_LEVELS = ("plan", "hir", "mir", "lir", "llvm")
 # What ``predict`` computes (reference.check_output's message names them).
 OUTPUTS = ("value", "margin", "leaf", "contribs")
-# A one-row call is half Python: a global is read faster than a module's.
+# A one-row call is half Python: a global is read faster than a module's attribute,
+# and the default output is this very string (another equal one takes the longer path).
 _SCORE = kernel_finish.SCORE
+_NDARRAY, _zeros, _VALUE = np.ndarray, np.zeros, "value"
 
 # A call of fewer walks (rows x trees) than this keeps the GIL (backends/cpu/entry.py):
 # about a microsecond of work, where releasing the GIL and taking it back costs 0.1.
@@ -184,6 +186,14 @@ class Predictor(ForestShape):
         self._rows_per_thread = plan.rows_per_thread if plan.sized_threads else 0
         self._finish = kernel_finish.modes(forest)
         self._flat = forest.flat_output and forest.n_outputs == 1
+        # predict's first lines: a few rows, the default output and threads, straight to
+        # the small kernel when the kernel finishes the values itself (no numpy step).
+        value = self._finish.get("value")
+        few = self._small is not None and not self._small.has_scratch and \
+            value is not None and value != _SCORE
+        self._few = few
+        self._few_finish = value
+        self._few_width = None if self._flat else forest.n_outputs
         self._leaf: Predictor | None = None
         if leaf_code or "leaf" in plan.outputs:
             self._leaf = Predictor(plan.leaf_plan(), leaf_code, built_for)
@@ -209,7 +219,7 @@ class Predictor(ForestShape):
         return self._main.code
 
     # ---- the user surface ----------------------------------------------------------------
-    def predict(self, X: Any, output: str = "value", n_jobs: int | None = None) -> np.ndarray:
+    def predict(self, X: Any, output: str = _VALUE, n_jobs: int | None = None) -> np.ndarray:
         """Predict like the source library (the conventions of ``reference.predict``).
 
         ``n_jobs`` (an int from 1 to 1024) overrides the thread count given to ``compile``
@@ -222,7 +232,17 @@ class Predictor(ForestShape):
         >>> predictor.predict(X, output="margin")                # doctest: +SKIP
         """
         # A one-row call spends as long here as in a 100-tree kernel (higgs), so the
-        # common case, an ndarray the kernel takes as it is, runs the fewest steps.
+        # common case, a few rows in an ndarray the kernel takes as it is, runs the fewest
+        # steps (docs/ARCHITECTURE.md "Calling a kernel from Python"); its entry checks
+        # the rows, and anything it refuses takes the general path below.
+        if type(X) is _NDARRAY and output is _VALUE and n_jobs is None and self._few \
+                and X.ndim == 2:
+            n = len(X)
+            if 0 < n <= self._small_batch:
+                width = self._few_width
+                result = _zeros(n) if width is None else _zeros((n, width))
+                if self._small.call(X, n, result, 1, self._few_finish):
+                    return result
         if type(X) is not np.ndarray:
             by_block = blockwise(X, self.forest, lambda part: self.predict(part, output, n_jobs))
             if by_block is not None:  # a large sparse matrix, never densified whole
