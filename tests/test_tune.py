@@ -152,6 +152,32 @@ def test_every_point_of_the_space_renders_a_schedule_or_is_refused():
     assert len(texts) > 50
 
 
+def test_code_is_shortlisted_in_blocks_of_a_threads_share():
+    # Skewed trees (chains of 20 splits) take the code-emitting layouts; from
+    # LARGE_CODE_BATCH rows their tiled point has blocks sized when predict runs.
+    from silvanforge.model.builder import Tree, build_forest
+
+    def chain(k: int) -> Tree:  # internal nodes 0, 2, ..., 38, each with a leaf on its left
+        internal = [i % 2 == 0 and i < 40 for i in range(41)]
+        return Tree(left=[i + 1 if inner else -1 for i, inner in enumerate(internal)],
+                    right=[i + 2 if inner else -1 for i, inner in enumerate(internal)],
+                    feature=[(i + k) % 3 for i in range(41)],
+                    threshold=[0.05 * i - 1 for i in range(41)],
+                    leaf_value=[float(i) for i in range(41)])
+    forest = build_forest([chain(k) for k in range(6)], n_features=3, n_outputs=1)
+    every = space.points(forest.n_trees, n_jobs=2)
+    tiled = [p for p in heuristic.shortlist(forest, heuristic.LARGE_CODE_BATCH, n_jobs=2)
+             if p["order"] == "tiled_code"]
+    assert tiled and all(p["block"] == "share" and p in every for p in tiled)
+    text, _ = space.render(tiled[0], forest.n_trees)
+    assert text.startswith("tile(batch, b0, b1, share)")
+    rows = np.random.default_rng(0).normal(size=(700, 3)) * 2
+    predictor = silvanforge.compile(forest, schedule=text,
+                                    representation=tiled[0]["representation"], n_jobs=2)
+    np.testing.assert_allclose(predictor.predict(rows), reference.predict(forest, rows),
+                               rtol=1e-12)
+
+
 def test_heuristic_points_lie_in_the_space():
     forest = silvanforge.load(_xgboost()[0])
     every = space.points(forest.n_trees, n_jobs=4)

@@ -27,6 +27,7 @@ from ..plan.planner import MIN_ROWS_PER_THREAD, SMALL_BATCH
 from ..representations.array import copies_rows
 from ..representations import REGISTRY
 from ..schedule.library import CODE_TREE_TILE, SMALL_TREE_TILE, VECTOR_BLOCK, XGBOOST_BLOCK
+from ..schedule.schedule import SHARE
 from . import space
 
 # The evidence for each rule below is in docs/TUNING.md ("The guided search").
@@ -43,10 +44,9 @@ REFINE_BLOCK = 8
 # kernel is slow to compile).
 CODE_BLOCK = 16
 # From this many rows a call, code-emitting representations are also tried in tiles of
-# CODE_TREE_TILE trees (code_rows') over blocks of as many rows as a thread gets, up to
-# 2048 (the ``tiled_code`` order): on the real LightGBM models (NYC-taxi, mtpl2)
-# 1.2-1.35x faster than their default at 1024 and 16384 rows (docs/ARCHITECTURE.md,
-# "The code representation").
+# CODE_TREE_TILE trees over blocks of a thread's share of the rows (the ``tiled_code``
+# order in code_rows' shape): on the real LightGBM models (NYC-taxi, mtpl2) faster than
+# fixed blocks at 256-16384 rows (docs/ARCHITECTURE.md, "Row blocks").
 LARGE_CODE_BATCH = 512
 # Layouts whose walks read rows prepared once a block (mask) take their default
 # schedule's shape (`xgboost` with `cache`: blocks of XGBOOST_BLOCK rows, walks not
@@ -80,16 +80,6 @@ def block_for(batch: int) -> int:
     (8, 16, 16, 32)
     """
     return max(8, min(MAX_BLOCK, 1 << (max(batch, 1).bit_length() - 1)))
-
-
-def _code_block(batch: int, threads: int) -> int:
-    """The ``tiled_code`` block of the space nearest below a thread's share of ``batch``.
-
-    >>> _code_block(1024, 1), _code_block(16384, 2), _code_block(1024, 2)
-    (1024, 2048, 64)
-    """
-    share = batch // max(1, threads)
-    return max([b for b in _values("tiled_code", "block") if b <= share] or [64])
 
 
 def representations(forest: Forest) -> list[str]:
@@ -127,7 +117,7 @@ def shortlist(forest: Forest, batch: int, n_jobs: int) -> list[dict[str, Any]]:
             order, extra = "unrolled_trees", {"block": CODE_BLOCK}
             if batch >= LARGE_CODE_BATCH:
                 threads = threads_for(batch, n_jobs)
-                out.append({"order": "tiled_code", "block": _code_block(batch, threads),
+                out.append({"order": "tiled_code", "block": SHARE,
                             "tree_tile": CODE_TREE_TILE, "threads": threads,
                             "representation": rep})
         elif batch <= SMALL_BATCH:

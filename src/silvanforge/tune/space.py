@@ -27,8 +27,9 @@ The loop orders (T trees, B rows per block, k trees per tile, c = threads chunks
   space keeps its size; table layouts take the other orders;
 - ``tiled_code``: ``tile(batch, b0, b1, B); tile(tree, t0, t1, k); reorder(b0, t0, b1,
   t1); unroll(t0); unroll(t1); parallel(b0)``: the ``code_rows`` shape, trees as code
-  in tiles of k over blocks of up to 2048 rows: a tile's branches stay in the branch
-  predictor over many rows (docs/ARCHITECTURE.md, "The code representation");
+  in tiles of k over blocks of up to 2048 rows or of a thread's share (``share``): a
+  tile's branches stay in the branch predictor over many rows (docs/ARCHITECTURE.md,
+  "Row blocks");
 - ``row_vectors``: ``tile(batch, b0, b1, B); reorder(b0, tree, b1); [cache(b0);]
   vectorize(b1); parallel(b0)``: 16 rows a vector walk (the ``vector`` schedule), the
   ``array`` layout only (at float32: other points are refused and skipped).
@@ -52,6 +53,7 @@ from ..plan.configuration import DEFAULT_ORDER, Axis
 from ..representations import REGISTRY
 from ..representations.tiled import TILED
 from ..schedule.library import SMALL_TREE_TILE
+from ..schedule.schedule import SHARE
 
 
 # Walk directives on the innermost loop: ("", 0) is none. Peeling deeper than the
@@ -68,7 +70,7 @@ ORDERS: dict[str, tuple[Axis, ...]] = {
     "tree_chunks": (Axis("block", (8, 32, 64)), Axis("interleave", (False, True)),
                     Axis("walk", WALKS)),
     "unrolled_trees": (Axis("block", (16, 32)),),
-    "tiled_code": (Axis("block", (64, 1024, 2048)), Axis("tree_tile", (25, 34))),
+    "tiled_code": (Axis("block", (64, 1024, 2048, SHARE)), Axis("tree_tile", (25, 34))),
     "row_vectors": (Axis("block", (32, 64)), Axis("cache", (False, True))),
 }
 CODE_ORDERS = ("unrolled_trees", "tiled_code")
