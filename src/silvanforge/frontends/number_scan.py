@@ -39,35 +39,37 @@ import numpy as np
 _EXACT_POWERS = 22
 _SEPARATORS = {",": b",", " ": b" "}
 
+# Typed pointers, as backends/cpu/llvmtext.py writes them: LLVM 15 (llvmlite 0.44) parses
+# no other, later LLVMs read them as opaque ``ptr``.
 _IR = r"""
 @p10 = private unnamed_addr constant [23 x double] [POWERS]
 
-define internal i32 @peek(ptr %s, i64 %len, ptr %i) alwaysinline {
-  %at = load i64, ptr %i
+define internal i32 @peek(i8* %s, i64 %len, i64* %i) alwaysinline {
+  %at = load i64, i64* %i
   %in = icmp ult i64 %at, %len
   br i1 %in, label %read, label %end
 read:
-  %p = getelementptr i8, ptr %s, i64 %at
-  %c = load i8, ptr %p
+  %p = getelementptr i8, i8* %s, i64 %at
+  %c = load i8, i8* %p
   %c32 = zext i8 %c to i32
   ret i32 %c32
 end:
   ret i32 -1
 }
 
-define internal void @advance(ptr %i) alwaysinline {
-  %at = load i64, ptr %i
+define internal void @advance(i64* %i) alwaysinline {
+  %at = load i64, i64* %i
   %next = add i64 %at, 1
-  store i64 %next, ptr %i
+  store i64 %next, i64* %i
   ret void
 }
 
 ; One more mantissa digit: leading zeros are not significant.
-define internal void @digit(i32 %d, ptr %m, ptr %sig, ptr %digits) alwaysinline {
-  %n = load i64, ptr %digits
+define internal void @digit(i32 %d, i64* %m, i64* %sig, i64* %digits) alwaysinline {
+  %n = load i64, i64* %digits
   %n1 = add i64 %n, 1
-  store i64 %n1, ptr %digits
-  %old = load i64, ptr %m
+  store i64 %n1, i64* %digits
+  %old = load i64, i64* %m
   %d64 = zext i32 %d to i64
   %zero = or i64 %old, %d64
   %lead = icmp eq i64 %zero, 0
@@ -75,16 +77,16 @@ define internal void @digit(i32 %d, ptr %m, ptr %sig, ptr %digits) alwaysinline 
 count:
   %t = mul i64 %old, 10
   %new = add i64 %t, %d64
-  store i64 %new, ptr %m
-  %k = load i64, ptr %sig
+  store i64 %new, i64* %m
+  %k = load i64, i64* %sig
   %k1 = add i64 %k, 1
-  store i64 %k1, ptr %sig
+  store i64 %k1, i64* %sig
   br label %done
 done:
   ret void
 }
 
-define i64 @scan(ptr noalias %s, i64 %len, i64 %comma, ptr noalias %out, i64 %cap) {
+define i64 @scan(i8* noalias %s, i64 %len, i64 %comma, double* noalias %out, i64 %cap) {
 entry:
   %i = alloca i64
   %count = alloca i64
@@ -96,128 +98,128 @@ entry:
   %edigits = alloca i64
   %neg = alloca i1
   %eneg = alloca i1
-  store i64 0, ptr %i
-  store i64 0, ptr %count
+  store i64 0, i64* %i
+  store i64 0, i64* %count
   br label %number
 
 number:
-  %c0 = load i64, ptr %count
+  %c0 = load i64, i64* %count
   %full = icmp uge i64 %c0, %cap
   br i1 %full, label %fail, label %start
 start:
-  store i64 0, ptr %m
-  store i64 0, ptr %sig
-  store i64 0, ptr %digits
-  store i64 0, ptr %frac
-  store i64 0, ptr %exp
-  store i64 0, ptr %edigits
-  store i1 false, ptr %neg
-  store i1 false, ptr %eneg
-  %ch = call i32 @peek(ptr %s, i64 %len, ptr %i)
+  store i64 0, i64* %m
+  store i64 0, i64* %sig
+  store i64 0, i64* %digits
+  store i64 0, i64* %frac
+  store i64 0, i64* %exp
+  store i64 0, i64* %edigits
+  store i1 false, i1* %neg
+  store i1 false, i1* %eneg
+  %ch = call i32 @peek(i8* %s, i64 %len, i64* %i)
   %minus = icmp eq i32 %ch, 45
   br i1 %minus, label %negative, label %int
 negative:
-  store i1 true, ptr %neg
-  call void @advance(ptr %i)
+  store i1 true, i1* %neg
+  call void @advance(i64* %i)
   br label %int
 
 int:
-  %ci = call i32 @peek(ptr %s, i64 %len, ptr %i)
+  %ci = call i32 @peek(i8* %s, i64 %len, i64* %i)
   %di = sub i32 %ci, 48
   %isdi = icmp ult i32 %di, 10
   br i1 %isdi, label %intdigit, label %point
 intdigit:
-  call void @digit(i32 %di, ptr %m, ptr %sig, ptr %digits)
-  call void @advance(ptr %i)
+  call void @digit(i32 %di, i64* %m, i64* %sig, i64* %digits)
+  call void @advance(i64* %i)
   br label %int
 
 point:
-  %dint = load i64, ptr %digits
+  %dint = load i64, i64* %digits
   %noint = icmp eq i64 %dint, 0
   br i1 %noint, label %fail, label %pointchar
 pointchar:
-  %cp = call i32 @peek(ptr %s, i64 %len, ptr %i)
+  %cp = call i32 @peek(i8* %s, i64 %len, i64* %i)
   %isdot = icmp eq i32 %cp, 46
   br i1 %isdot, label %dot, label %exponent
 dot:
-  call void @advance(ptr %i)
+  call void @advance(i64* %i)
   br label %fraction
 fraction:
-  %cf = call i32 @peek(ptr %s, i64 %len, ptr %i)
+  %cf = call i32 @peek(i8* %s, i64 %len, i64* %i)
   %df = sub i32 %cf, 48
   %isdf = icmp ult i32 %df, 10
   br i1 %isdf, label %fracdigit, label %fracend
 fracdigit:
-  call void @digit(i32 %df, ptr %m, ptr %sig, ptr %digits)
-  %f = load i64, ptr %frac
+  call void @digit(i32 %df, i64* %m, i64* %sig, i64* %digits)
+  %f = load i64, i64* %frac
   %f1 = add i64 %f, 1
-  store i64 %f1, ptr %frac
-  call void @advance(ptr %i)
+  store i64 %f1, i64* %frac
+  call void @advance(i64* %i)
   br label %fraction
 fracend:
-  %fn = load i64, ptr %frac
+  %fn = load i64, i64* %frac
   %nofrac = icmp eq i64 %fn, 0
   br i1 %nofrac, label %fail, label %exponent
 
 exponent:
-  %ce = call i32 @peek(ptr %s, i64 %len, ptr %i)
+  %ce = call i32 @peek(i8* %s, i64 %len, i64* %i)
   %lower = icmp eq i32 %ce, 101
   %upper = icmp eq i32 %ce, 69
   %ise = or i1 %lower, %upper
   br i1 %ise, label %esign, label %value
 esign:
-  call void @advance(ptr %i)
-  %cs = call i32 @peek(ptr %s, i64 %len, ptr %i)
+  call void @advance(i64* %i)
+  %cs = call i32 @peek(i8* %s, i64 %len, i64* %i)
   %eminus = icmp eq i32 %cs, 45
   %eplus = icmp eq i32 %cs, 43
-  store i1 %eminus, ptr %eneg
+  store i1 %eminus, i1* %eneg
   %signed = or i1 %eminus, %eplus
   br i1 %signed, label %eskip, label %edigit
 eskip:
-  call void @advance(ptr %i)
+  call void @advance(i64* %i)
   br label %edigit
 edigit:
-  %cd = call i32 @peek(ptr %s, i64 %len, ptr %i)
+  %cd = call i32 @peek(i8* %s, i64 %len, i64* %i)
   %dd = sub i32 %cd, 48
   %isdd = icmp ult i32 %dd, 10
   br i1 %isdd, label %eone, label %eend
 eone:
-  %e = load i64, ptr %exp
+  %e = load i64, i64* %exp
   %e10 = mul i64 %e, 10
   %dd64 = zext i32 %dd to i64
   %enew = add i64 %e10, %dd64
   ; saturate: any exponent past this is outside the fast path (or makes zero of zero)
   %ebig = icmp ugt i64 %enew, 100000
   %ekeep = select i1 %ebig, i64 100000, i64 %enew
-  store i64 %ekeep, ptr %exp
-  %ed = load i64, ptr %edigits
+  store i64 %ekeep, i64* %exp
+  %ed = load i64, i64* %edigits
   %ed1 = add i64 %ed, 1
-  store i64 %ed1, ptr %edigits
-  call void @advance(ptr %i)
+  store i64 %ed1, i64* %edigits
+  call void @advance(i64* %i)
   br label %edigit
 eend:
-  %edn = load i64, ptr %edigits
+  %edn = load i64, i64* %edigits
   %noe = icmp eq i64 %edn, 0
   br i1 %noe, label %fail, label %value
 
 value:
-  %mv = load i64, ptr %m
+  %mv = load i64, i64* %m
   %iszero = icmp eq i64 %mv, 0
   br i1 %iszero, label %zero, label %nonzero
 zero:
   br label %signs
 nonzero:
-  %sv = load i64, ptr %sig
+  %sv = load i64, i64* %sig
   %shortm = icmp ule i64 %sv, 18
   %smallm = icmp ule i64 %mv, 9007199254740992
   %exactm = and i1 %shortm, %smallm
   br i1 %exactm, label %scale, label %fail
 scale:
-  %ev = load i64, ptr %exp
-  %en = load i1, ptr %eneg
+  %ev = load i64, i64* %exp
+  %en = load i1, i1* %eneg
   %evneg = sub i64 0, %ev
   %es = select i1 %en, i64 %evneg, i64 %ev
-  %fv = load i64, ptr %frac
+  %fv = load i64, i64* %frac
   %power = sub i64 %es, %fv
   %md = uitofp i64 %mv to double
   %up = icmp sge i64 %power, 0
@@ -226,8 +228,8 @@ times:
   %upok = icmp sle i64 %power, POWER_MAX
   br i1 %upok, label %timesok, label %fail
 timesok:
-  %tp = getelementptr [23 x double], ptr @p10, i64 0, i64 %power
-  %tv = load double, ptr %tp
+  %tp = getelementptr [23 x double], [23 x double]* @p10, i64 0, i64 %power
+  %tv = load double, double* %tp
   %prod = fmul double %md, %tv
   br label %signs
 divide:
@@ -235,22 +237,22 @@ divide:
   %downok = icmp sle i64 %down, POWER_MAX
   br i1 %downok, label %divideok, label %fail
 divideok:
-  %dp = getelementptr [23 x double], ptr @p10, i64 0, i64 %down
-  %dv = load double, ptr %dp
+  %dp = getelementptr [23 x double], [23 x double]* @p10, i64 0, i64 %down
+  %dv = load double, double* %dp
   %quot = fdiv double %md, %dv
   br label %signs
 
 signs:
   %abs = phi double [ 0.0, %zero ], [ %prod, %timesok ], [ %quot, %divideok ]
-  %nv = load i1, ptr %neg
+  %nv = load i1, i1* %neg
   %minusv = fneg double %abs
   %v = select i1 %nv, double %minusv, double %abs
-  %k = load i64, ptr %count
-  %slot = getelementptr double, ptr %out, i64 %k
-  store double %v, ptr %slot
+  %k = load i64, i64* %count
+  %slot = getelementptr double, double* %out, i64 %k
+  store double %v, double* %slot
   %k1 = add i64 %k, 1
-  store i64 %k1, ptr %count
-  %cn = call i32 @peek(ptr %s, i64 %len, ptr %i)
+  store i64 %k1, i64* %count
+  %cn = call i32 @peek(i8* %s, i64 %len, i64* %i)
   %end = icmp eq i32 %cn, -1
   br i1 %end, label %done, label %separator
 separator:
@@ -260,31 +262,31 @@ space:
   %issp = icmp eq i32 %cn, 32
   br i1 %issp, label %spaced, label %fail
 spaced:
-  call void @advance(ptr %i)
+  call void @advance(i64* %i)
   br label %number
 before:
-  %cb = call i32 @peek(ptr %s, i64 %len, ptr %i)
+  %cb = call i32 @peek(i8* %s, i64 %len, i64* %i)
   %wb = call i1 @blank(i32 %cb)
   br i1 %wb, label %skipbefore, label %sepcomma
 skipbefore:
-  call void @advance(ptr %i)
+  call void @advance(i64* %i)
   br label %before
 sepcomma:
   %iscomma = icmp eq i32 %cb, 44
   br i1 %iscomma, label %aftercomma, label %fail
 aftercomma:
-  call void @advance(ptr %i)
+  call void @advance(i64* %i)
   br label %after
 after:
-  %ca = call i32 @peek(ptr %s, i64 %len, ptr %i)
+  %ca = call i32 @peek(i8* %s, i64 %len, i64* %i)
   %wa = call i1 @blank(i32 %ca)
   br i1 %wa, label %skipafter, label %number
 skipafter:
-  call void @advance(ptr %i)
+  call void @advance(i64* %i)
   br label %after
 
 done:
-  %total = load i64, ptr %count
+  %total = load i64, i64* %count
   ret i64 %total
 fail:
   ret i64 -1
