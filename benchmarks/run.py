@@ -47,6 +47,9 @@ def main(argv=None) -> int:
                         help="also time SilvanForge built for this CPU (an LLVM CPU name or "
                         "x86-64 level, e.g. x86-64-v3 for AVX2 without AVX-512) as engine "
                         "silvanforge@CPU; repeatable")
+    parser.add_argument("--representation", action="append", default=[], metavar="NAME",
+                        help="also time SilvanForge with this representation (e.g. code) as "
+                        "engine silvanforge@NAME; repeatable")
     parser.add_argument("--rounds", type=int,
                         help="interleaved rounds (medians over them; default 9, --quick 3)")
     parser.add_argument("--drawn-rows", action="store_true",
@@ -64,7 +67,8 @@ def main(argv=None) -> int:
         args.rounds or rounds
     engines = [e for e in bench.default_engines(args.lleaves_venv)
                if not args.engines or e.name in args.engines]
-    engines += [bench.SilvanForgeEngine(cpu) for cpu in args.cpu]
+    engines += [bench.SilvanForgeEngine(cpu=cpu) for cpu in args.cpu]
+    engines += [bench.SilvanForgeEngine(representation=r) for r in args.representation]
     engines += [bench.CheckoutEngine(src, label) for label, src in args.against]
     start = time.perf_counter()
     cases = models.cases(args.quick, max(*batches, MIN_ROWS), args.models,

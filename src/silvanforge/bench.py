@@ -157,20 +157,19 @@ def _need(value: Any, what: str) -> Any:
 
 
 class SilvanForgeEngine(Engine):
-    """This SilvanForge with its defaults; given ``cpu`` (an LLVM CPU name or x86-64
-    level, e.g. "x86-64-v3"), built for that CPU and named ``silvanforge@cpu``."""
+    """This SilvanForge with its defaults, or with ``compile`` keywords ``options`` (e.g.
+    ``cpu="x86-64-v3"``, ``representation="code"``) as engine ``silvanforge@VALUE,...``."""
 
     module = "silvanforge"
 
-    def __init__(self, cpu: str | None = None) -> None:
-        self.cpu = cpu
-        self.name = "silvanforge" if cpu is None else f"silvanforge@{cpu}"
+    def __init__(self, **options: str) -> None:
+        self.options = options
+        self.name = "silvanforge" + ("@" + ",".join(options.values()) if options else "")
 
     def prepare(self, case: Case, threads: Sequence[int]) -> Loaded:
         from .runtime import compile as sf_compile
 
-        options = {} if self.cpu is None else {"cpu": self.cpu}
-        predictor = sf_compile(case.forest, n_jobs=max(threads), **options)
+        predictor = sf_compile(case.forest, n_jobs=max(threads), **self.options)
         return _Calls(lambda X, t: predictor.predict(X, n_jobs=t))
 
 
