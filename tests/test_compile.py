@@ -19,6 +19,7 @@ import silvanforge
 from silvanforge import reference
 from silvanforge.backends.cpu import Target
 from silvanforge.errors import InputError, ModelFormatError, ScheduleError
+from silvanforge.plan.plan import MAX_JOBS
 from silvanforge.schedule.schedule import MAX_SHARE
 
 from test_forest import random_forests, stump, forest_of
@@ -118,8 +119,8 @@ def test_thread_shares_cover_every_row(forest, n_jobs):
 
 @pytest.mark.parametrize("n_outputs", [1, 3])
 def test_few_rows_take_the_short_path_with_the_same_results(n_outputs, monkeypatch):
-    # predict's first lines send a few rows with the default output and threads to the
-    # small kernel as they are; rows its entry refuses (big-endian, strided) and every
+    # predict's first lines send a few rows with the default output and a valid n_jobs
+    # to the small kernel as they are; rows its entry refuses (big-endian, strided) and every
     # other call take the general path, with the same results or errors.
     trees = [stump(feature=k % 3, threshold=0.1 * k, values=(k, -k), output=k % n_outputs)
              for k in range(1, 12)]
@@ -138,7 +139,13 @@ def test_few_rows_take_the_short_path_with_the_same_results(n_outputs, monkeypat
         for rows in (X.astype(np.float32), X.astype(">f8"), np.repeat(X, 2, axis=1)[:, ::2]):
             np.testing.assert_allclose(predictor.predict(rows),
                                        reference.predict(forest, rows), rtol=1e-12)
-        np.testing.assert_allclose(predictor.predict(X, n_jobs=1), want, rtol=1e-12)
+        for n_jobs in (1, 2, MAX_JOBS):  # a few rows run on one thread, whatever n_jobs
+            calls.clear()
+            np.testing.assert_allclose(predictor.predict(X, n_jobs=n_jobs), want, rtol=1e-12)
+            assert len(calls) == 1 and calls[0][0] is X
+        for bad in (0, -1, True, MAX_JOBS + 1, 1.5, "2"):  # checked all the same
+            with pytest.raises(InputError, match="n_jobs"):
+                predictor.predict(X, n_jobs=bad)
         np.testing.assert_allclose(predictor.predict(X, output="margin"),
                                    reference.predict(forest, X, output="margin"), rtol=1e-12)
     with pytest.raises(InputError, match="2-D"):

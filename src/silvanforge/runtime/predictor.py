@@ -54,7 +54,7 @@ from ..model.forest import Forest
 from ..model.inputs import as_rows
 from ..model.sparse import blockwise
 from ..plan import Plan
-from ..plan.plan import checked_jobs
+from ..plan.plan import MAX_JOBS, checked_jobs
 from ..plan.planner import SMALL_BATCH, cpu_target, rows_per_thread
 from ..reference import check_output
 from ..representations import REGISTRY
@@ -186,8 +186,9 @@ class Predictor(ForestShape):
         self._rows_per_thread = plan.rows_per_thread if plan.sized_threads else 0
         self._finish = kernel_finish.modes(forest)
         self._flat = forest.flat_output and forest.n_outputs == 1
-        # predict's first lines: a few rows, the default output and threads, straight to
-        # the small kernel when the kernel finishes the values itself (no numpy step).
+        # predict's first lines: a few rows and the default output, straight to the small
+        # kernel (one thread, whatever n_jobs says once it is valid) when the kernel
+        # finishes the values itself (no numpy step).
         value = self._finish.get("value")
         few = self._small is not None and not self._small.has_scratch and \
             value is not None and value != _SCORE
@@ -234,9 +235,10 @@ class Predictor(ForestShape):
         # A one-row call spends as long here as in a 100-tree kernel (higgs), so the
         # common case, a few rows in an ndarray the kernel takes as it is, runs the fewest
         # steps (docs/ARCHITECTURE.md "Calling a kernel from Python"); its entry checks
-        # the rows, and anything it refuses takes the general path below.
-        if type(X) is _NDARRAY and output is _VALUE and n_jobs is None and self._few \
-                and X.ndim == 2:
+        # the rows, and anything it refuses, or an n_jobs to check, takes the general
+        # path below.
+        if type(X) is _NDARRAY and output is _VALUE and self._few and X.ndim == 2 and (
+                n_jobs is None or type(n_jobs) is int and 0 < n_jobs <= MAX_JOBS):
             n = len(X)
             if 0 < n <= self._small_batch:
                 width = self._few_width
