@@ -88,6 +88,8 @@ def test_text_round_trip(s):
     ("tile(tree, a, b, share)", "divides 'batch' itself"),
     ("tile(batch, a, b, 4)\ntile(b, c, d, share)", "divides 'batch' itself"),
     ("split(batch, a, b, share)", "must be an integer"),
+    ("tile(batch, a, b, share)\ntile(a, c, d, 2)", "cannot be tiled or split"),
+    ("tile(batch, a, b, share)\nsplit(a, c, d, 2)", "cannot be tiled or split"),
     ("tile(batch, a, b, share)\nreorder(a, tree, b)\ninterleave(b)", "run-time trip count"),
     ("tile batch", r"expected name\(arguments"),
 ])

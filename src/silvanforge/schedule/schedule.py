@@ -364,6 +364,15 @@ class Schedule:
         assert found is not None, var
         return found
 
+    def _not_by_share(self, var: str) -> None:
+        """Refuse to cut ``var`` when it steps by a thread's share (unknown until run time:
+        its iterations have no size to cut by)."""
+        info = self.vars[var]
+        if info.rule == "tile_outer" and info.size == SHARE:
+            raise self._error(f"{var!r} steps by a thread's share of the rows, known only "
+                              "when predict runs: it cannot be tiled or split (its inner "
+                              "loop can)")
+
     def _no_attrs(self, var: str) -> None:
         if self.attrs[var]:
             raise self._error(f"{var!r} already has {', '.join(self.attrs[var])}; "
@@ -378,6 +387,7 @@ class Schedule:
                                   f"rows) divides {BATCH!r} itself, not {v!r}")
         else:
             size = self._size(size, "tile size")
+        self._not_by_share(v)
         self._no_attrs(v)
         kind = self.vars[v].kind
         self.vars[outer] = VarInfo(outer, kind, "tile_outer", v, size)
@@ -392,6 +402,7 @@ class Schedule:
         v = self._live(v)
         first, second = self._new(first, second)
         n = self._size(n, "split count")
+        self._not_by_share(v)
         kind = self.vars[v].kind
         siblings, i = self._find(v)
         node = siblings[i]
