@@ -65,10 +65,7 @@ define internal void @advance(i64* %i) alwaysinline {
 }
 
 ; One more mantissa digit: leading zeros are not significant.
-define internal void @digit(i32 %d, i64* %m, i64* %sig, i64* %digits) alwaysinline {
-  %n = load i64, i64* %digits
-  %n1 = add i64 %n, 1
-  store i64 %n1, i64* %digits
+define internal void @digit(i32 %d, i64* %m, i64* %sig) alwaysinline {
   %old = load i64, i64* %m
   %d64 = zext i32 %d to i64
   %zero = or i64 %old, %d64
@@ -86,13 +83,46 @@ done:
   ret void
 }
 
+; The mantissa digits from %i on, into %m and %sig; returns how many there were.
+define internal i64 @digit_run(i8* %s, i64 %len, i64* %i, i64* %m, i64* %sig) alwaysinline {
+entry:
+  br label %look
+look:
+  %n = phi i64 [ 0, %entry ], [ %n1, %one ]
+  %c = call i32 @peek(i8* %s, i64 %len, i64* %i)
+  %d = sub i32 %c, 48
+  %isd = icmp ult i32 %d, 10
+  br i1 %isd, label %one, label %done
+one:
+  call void @digit(i32 %d, i64* %m, i64* %sig)
+  call void @advance(i64* %i)
+  %n1 = add i64 %n, 1
+  br label %look
+done:
+  ret i64 %n
+}
+
+; Skips blanks from %i on; returns the character after them (-1 at the end).
+define internal i32 @after_blanks(i8* %s, i64 %len, i64* %i) alwaysinline {
+entry:
+  br label %look
+look:
+  %c = call i32 @peek(i8* %s, i64 %len, i64* %i)
+  %b = call i1 @blank(i32 %c)
+  br i1 %b, label %skip, label %done
+skip:
+  call void @advance(i64* %i)
+  br label %look
+done:
+  ret i32 %c
+}
+
 define i64 @scan(i8* noalias %s, i64 %len, i64 %comma, double* noalias %out, i64 %cap) {
 entry:
   %i = alloca i64
   %count = alloca i64
   %m = alloca i64
   %sig = alloca i64
-  %digits = alloca i64
   %frac = alloca i64
   %exp = alloca i64
   %edigits = alloca i64
@@ -109,7 +139,6 @@ number:
 start:
   store i64 0, i64* %m
   store i64 0, i64* %sig
-  store i64 0, i64* %digits
   store i64 0, i64* %frac
   store i64 0, i64* %exp
   store i64 0, i64* %edigits
@@ -124,18 +153,8 @@ negative:
   br label %int
 
 int:
-  %ci = call i32 @peek(i8* %s, i64 %len, i64* %i)
-  %di = sub i32 %ci, 48
-  %isdi = icmp ult i32 %di, 10
-  br i1 %isdi, label %intdigit, label %point
-intdigit:
-  call void @digit(i32 %di, i64* %m, i64* %sig, i64* %digits)
-  call void @advance(i64* %i)
-  br label %int
-
-point:
-  %dint = load i64, i64* %digits
-  %noint = icmp eq i64 %dint, 0
+  %nint = call i64 @digit_run(i8* %s, i64 %len, i64* %i, i64* %m, i64* %sig)
+  %noint = icmp eq i64 %nint, 0
   br i1 %noint, label %fail, label %pointchar
 pointchar:
   %cp = call i32 @peek(i8* %s, i64 %len, i64* %i)
@@ -143,22 +162,9 @@ pointchar:
   br i1 %isdot, label %dot, label %exponent
 dot:
   call void @advance(i64* %i)
-  br label %fraction
-fraction:
-  %cf = call i32 @peek(i8* %s, i64 %len, i64* %i)
-  %df = sub i32 %cf, 48
-  %isdf = icmp ult i32 %df, 10
-  br i1 %isdf, label %fracdigit, label %fracend
-fracdigit:
-  call void @digit(i32 %df, i64* %m, i64* %sig, i64* %digits)
-  %f = load i64, i64* %frac
-  %f1 = add i64 %f, 1
-  store i64 %f1, i64* %frac
-  call void @advance(i64* %i)
-  br label %fraction
-fracend:
-  %fn = load i64, i64* %frac
-  %nofrac = icmp eq i64 %fn, 0
+  %nfrac = call i64 @digit_run(i8* %s, i64 %len, i64* %i, i64* %m, i64* %sig)
+  store i64 %nfrac, i64* %frac
+  %nofrac = icmp eq i64 %nfrac, 0
   br i1 %nofrac, label %fail, label %exponent
 
 exponent:
@@ -265,25 +271,13 @@ spaced:
   call void @advance(i64* %i)
   br label %number
 before:
-  %cb = call i32 @peek(i8* %s, i64 %len, i64* %i)
-  %wb = call i1 @blank(i32 %cb)
-  br i1 %wb, label %skipbefore, label %sepcomma
-skipbefore:
-  call void @advance(i64* %i)
-  br label %before
-sepcomma:
+  %cb = call i32 @after_blanks(i8* %s, i64 %len, i64* %i)
   %iscomma = icmp eq i32 %cb, 44
   br i1 %iscomma, label %aftercomma, label %fail
 aftercomma:
   call void @advance(i64* %i)
-  br label %after
-after:
-  %ca = call i32 @peek(i8* %s, i64 %len, i64* %i)
-  %wa = call i1 @blank(i32 %ca)
-  br i1 %wa, label %skipafter, label %number
-skipafter:
-  call void @advance(i64* %i)
-  br label %after
+  %ca = call i32 @after_blanks(i8* %s, i64 %len, i64* %i)
+  br label %number
 
 done:
   %total = load i64, i64* %count
