@@ -53,7 +53,8 @@ S = "S"  # a thread's share of the rows (the module's docstring)
 
 
 def share(n_rows: int, threads: int) -> int:
-    """The value of ``S`` for a call of ``n_rows`` rows on ``threads`` threads.
+    """The value of ``S`` for a call of ``n_rows`` rows on ``threads`` threads (what a
+    kernel computes in ``lir.lower.share_expr``).
 
     >>> share(1000, 2), share(100000, 1), share(0, 4)
     (500, 16384, 1)
