@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import warnings
 
@@ -618,3 +619,121 @@ def test_not_an_object_and_missing_fields():
         fx.load_bytes(b"[1, 2]")
     with pytest.raises(ModelFormatError, match="invalid JSON"):
         fx.load_bytes(b'{"learner": ')
+
+
+# ---- trees read at once (columns) against one by one ---------------------------------
+
+def _one_by_one(data: bytes):
+    """``load_bytes`` with every tree read by ``_read_tree``: the Forest, or the error."""
+    at_once = fx._plain_trees
+    fx._plain_trees = lambda *args: None
+    try:
+        return _outcome(data)
+    finally:
+        fx._plain_trees = at_once
+
+
+def _outcome(data: bytes):
+    try:
+        return fx.load_bytes(data)
+    except SilvanForgeError as exc:
+        return type(exc), str(exc)
+
+
+def _assert_same(a, b) -> None:
+    """Two outcomes of _outcome: the same error, or Forests equal field by field (the
+    arrays' values and dtypes)."""
+    if isinstance(a, tuple) or isinstance(b, tuple):
+        assert a == b
+        return
+    from silvanforge.model.serialize import to_arrays
+
+    (arrays_a, meta_a), (arrays_b, meta_b) = to_arrays(a), to_arrays(b)
+    assert meta_a == meta_b
+    assert arrays_a.keys() == arrays_b.keys()
+    for key in arrays_a:
+        assert arrays_a[key].dtype == arrays_b[key].dtype, key
+        assert np.array_equal(arrays_a[key], arrays_b[key], equal_nan=True), key
+
+
+@pytest.mark.parametrize("params,y,plain", [
+    ({"objective": "binary:logistic", "max_depth": 6}, Y_BIN, True),
+    ({"objective": "multi:softprob", "num_class": 3}, Y_CLS, True),
+    ({"booster": "dart", "rate_drop": 0.5, "objective": "reg:squarederror"}, Y_REG, True),
+    # Pruned trees keep deleted nodes: read one by one.
+    ({"objective": "reg:squarederror", "tree_method": "exact", "gamma": 3.0}, Y_REG, False),
+])
+def test_trees_at_once_equal_one_by_one(params, y, plain):
+    """Trained plain models take the reader in columns, and it gives the same Forest as
+    reading the trees one by one, from JSON, UBJSON and XGBoost 1.x's JSON (default_left
+    as true and false)."""
+    booster = _train(params, y, rounds=6)
+    doc = json.loads(booster.save_raw("json"))
+    taken = []
+    at_once = fx._plain_trees
+
+    def spy(*args):
+        taken.append(at_once(*args) is not None)
+        return at_once(*args)
+
+    files = [bytes(booster.save_raw("json")), bytes(booster.save_raw("ubj"))]
+    if "gbtree" in doc["learner"]["gradient_booster"]["name"] and \
+            "," not in doc["learner"]["learner_model_param"]["base_score"]:
+        files.append(json.dumps(_as_1x(doc)).encode())
+    for data in files:
+        fx._plain_trees = spy
+        try:
+            fast = _outcome(data)
+        finally:
+            fx._plain_trees = at_once
+        assert not isinstance(fast, tuple), fast
+        _assert_same(fast, _one_by_one(data))
+    assert taken[0] == plain and taken[2:] == [plain] * len(taken[2:]), taken
+
+
+_HOSTILE = [-2, -1, 0, 1, 2, 3, 4, 9, 10_000, 2**31, -2**31 - 1, 0.5, float("nan"),
+            1e300, True, "1", None, [1]]
+
+
+@st.composite
+def _mutated(draw):
+    """A small plain model with one field of one tree set to a hostile value, removed,
+    or its tree_param changed."""
+    doc = copy.deepcopy(_plain_doc())
+    trees = doc["learner"]["gradient_booster"]["model"]["trees"]
+    tree = trees[draw(st.integers(0, len(trees) - 1))]
+    what = draw(st.sampled_from(["node", "node", "node", "drop", "param", "categories",
+                                 "shorten"]))
+    if what == "node":
+        key = draw(st.sampled_from(sorted(k for k, v in tree.items() if isinstance(v, list)
+                                          and v)))
+        tree[key][draw(st.integers(0, len(tree[key]) - 1))] = draw(st.sampled_from(_HOSTILE))
+    elif what == "drop":
+        del tree[draw(st.sampled_from(sorted(tree)))]
+    elif what == "shorten":
+        key = draw(st.sampled_from(["left_children", "split_type", "sum_hessian",
+                                    "default_left", "split_conditions"]))
+        tree[key] = tree[key][:-1]
+    elif what == "param":
+        key = draw(st.sampled_from(["num_nodes", "num_deleted", "size_leaf_vector"]))
+        tree["tree_param"][key] = draw(st.sampled_from(
+            ["0", "1", "2", "7", "-1", "1.5", "1e1", 0, 1, None, "٣"]))
+    else:
+        tree["categories_nodes"] = draw(st.sampled_from([[], [0], "x"]))
+        if draw(st.booleans()):
+            del tree["categories_sizes"]
+    return json.dumps(doc).encode()
+
+
+@functools.cache
+def _plain_doc() -> dict:
+    booster = _train({"objective": "binary:logistic", "max_depth": 2}, Y_BIN, rounds=3)
+    return json.loads(booster.save_raw("json"))
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=_mutated())
+def test_trees_at_once_refuse_what_one_by_one_refuses(data):
+    """Whatever a damaged file holds, reading its trees at once ends as reading them
+    one by one does: the same Forest or the same error."""
+    _assert_same(_outcome(data), _one_by_one(data))

@@ -39,7 +39,7 @@ import numpy as np
 
 from .. import progress
 from ..errors import ModelFormatError, UnsupportedModelError
-from ..model.builder import Tree, build_forest, float_array, int_array
+from ..model.builder import Tree, Trees, build_forest, float_array, int_array
 from ..model.forest import MAX_CATEGORY, Forest
 from . import numbers, ubjson
 
@@ -257,9 +257,11 @@ def forest_from_document(doc: dict, n_iterations: int | None = None) -> Forest:
     model = _get(booster, "model", "learner.gradient_booster")
     trees = _read_trees(model, n_features, n_outputs, weight_drop, n_iterations)
     feature_names = _feature_names(learner, n_features)
+    vector = not isinstance(trees, Trees) and bool(trees) and \
+        np.ndim(trees[0].leaf_value) == 2 and np.shape(trees[0].leaf_value)[1] > 1
     return build_forest(
         trees, n_features=n_features, n_outputs=n_outputs, base_score=base_margin,
-        trees_per_round=_trees_per_round(model, trees, n_outputs), leaf_layout="trees_1d",
+        trees_per_round=_trees_per_round(model, vector, n_outputs), leaf_layout="trees_1d",
         post_transform=transform, input_dtype=np.float32, category_rule="nonnegative",
         negative_category="not_in_set", flat_output=True, feature_names=feature_names,
         pandas_categories=_pandas_categories(model, feature_names),
@@ -333,7 +335,8 @@ def _pandas_categories(model: dict, names: Sequence[str] | None) -> dict | None:
 
 
 def _read_trees(model: dict, n_features: int, n_outputs: int,
-                weight_drop: np.ndarray | None, n_iterations: int | None) -> list[Tree]:
+                weight_drop: np.ndarray | None, n_iterations: int | None
+                ) -> list[Tree] | Trees:
     where = "gradient_booster.model"
     raw_trees = _get(model, "trees", where, list)
     tree_info = int_array(_array(model, "tree_info", where), f"{where}.tree_info",
@@ -349,6 +352,10 @@ def _read_trees(model: dict, n_features: int, n_outputs: int,
                                f"{num_trees} trees")
     if n_iterations is not None:
         num_trees = _trees_in_iterations(model, num_trees, n_iterations)
+    at_once = _plain_trees(raw_trees[:num_trees], tree_info[:num_trees], n_features,
+                           weight_drop)
+    if at_once is not None:
+        return at_once
     trees = []
     with progress.bar("reading trees", num_trees * S_PER_TREE, num_trees, "tree") as shown:
         for t in range(num_trees):
@@ -359,7 +366,7 @@ def _read_trees(model: dict, n_features: int, n_outputs: int,
     return trees
 
 
-def _trees_per_round(model: dict, trees: list[Tree], n_outputs: int) -> int:
+def _trees_per_round(model: dict, vector: bool, n_outputs: int) -> int:
     """How many trees a boosting round adds: ``iteration_indptr``'s step (XGBoost 2+),
     else ``num_parallel_tree`` times the classes a round boosts (one vector-leaf tree
     boosts them all)."""
@@ -372,8 +379,6 @@ def _trees_per_round(model: dict, trees: list[Tree], n_outputs: int) -> int:
         return int(steps[0])
     param = _get(model, "gbtree_model_param", "gradient_booster.model")
     parallel = _param_int(param.get("num_parallel_tree", "1"), "num_parallel_tree", lo=1)
-    vector = bool(trees) and np.ndim(trees[0].leaf_value) == 2 and \
-        np.shape(trees[0].leaf_value)[1] > 1
     return parallel * (1 if vector else n_outputs)
 
 
@@ -474,6 +479,105 @@ def _read_tree(raw: Any, t: int, output: int, n_features: int, n_outputs: int,
                 threshold=np.where(leaf, 0.0, cond), leaf_value=values,
                 default_left=default_left, categories=categories, output=output,
                 source_id=node_id, cover=cover)
+
+
+# The node arrays of a tree, and the parameters _read_tree reads (as the digits XGBoost
+# writes them, for the reader at once).
+_NODE_FIELDS = ("left_children", "right_children", "split_indices", "split_conditions",
+                "default_left")
+_CATEGORY_FIELDS = ("categories", "categories_nodes", "categories_segments",
+                    "categories_sizes")
+
+
+def _plain_trees(raw_trees: list, tree_info: np.ndarray, n_features: int,
+                 weight_drop: np.ndarray | None) -> Trees | None:
+    """Every tree at once, as :class:`Trees`, when they are all plain: numeric splits,
+    scalar leaves, every node reachable, every field as XGBoost writes it and valid.
+    Otherwise None, and :func:`_read_tree` reads them one by one, which raises the
+    errors: this is the same reading, in columns (10,000 trees of depth 8: ~2.5 s one
+    by one, docs/ARCHITECTURE.md "Loading big models"), and tests check both give the
+    same Forest."""
+    sizes = np.empty(len(raw_trees), dtype=np.int64)
+    columns: dict[str, list] = {k: [] for k in (*_NODE_FIELDS, "sum_hessian", "split_type")}
+    for t, raw in enumerate(raw_trees):
+        if type(raw) is not dict:
+            return None
+        tparam = raw.get("tree_param")
+        if type(tparam) is not dict:
+            return None
+        n = tparam.get("num_nodes")
+        if type(n) is not str or not (n.isascii() and n.isdigit()) or tparam.get(
+                "size_leaf_vector", "0") not in ("0", "1") or tparam.get(
+                "num_deleted", "0") not in ("0", 0):
+            return None
+        n = sizes[t] = int(n)
+        for key, column in columns.items():
+            value = raw.get(key)
+            if value is None and key in ("sum_hessian", "split_type"):
+                continue
+            if type(value) is list:  # XGBoost 1.x writes default_left as true/false
+                try:
+                    value = np.array(value)
+                except (ValueError, TypeError):  # lists of lists of other lengths
+                    return None
+                if value.dtype != bool:
+                    return None
+            if type(value) is not np.ndarray or value.shape != (n,):
+                return None
+            column.append(value)
+        # _categories reads the four lists when categories_nodes is there: empty ones.
+        if "categories_nodes" in raw and any(
+                type(raw.get(key)) not in (list, np.ndarray) or len(raw[key])
+                for key in _CATEGORY_FIELDS):
+            return None
+    n_trees = len(raw_trees)
+    if n_trees == 0 or (sizes < 1).any() or len(columns["sum_hessian"]) not in (0, n_trees):
+        return None
+    try:
+        cat = {k: np.concatenate(v) if v else None for k, v in columns.items()}
+        left = int_array(cat["left_children"], "left_children")
+        right = int_array(cat["right_children"], "right_children")
+        feature = int_array(cat["split_indices"], "split_indices", 0, 2**63 - 1)
+        default_left = int_array(cat["default_left"], "default_left", 0, 1).astype(bool)
+        split_type = cat["split_type"]
+        if split_type is not None and len(split_type) and \
+                (len(split_type) != len(left) or (split_type != 0).any()):
+            return None
+    except ModelFormatError:
+        return None
+    cond = cat["split_conditions"].astype(_F32).astype(np.float64)
+    tree_of = np.repeat(np.arange(n_trees), sizes)
+    start = np.concatenate([[0], np.cumsum(sizes)[:-1]])[tree_of]
+    n_of = sizes[tree_of]
+    leaf = left < 0
+    internal = ~leaf
+    weight = 1.0 if weight_drop is None else np.repeat(weight_drop[:n_trees], sizes)
+    values = np.where(leaf, cond, 0.0) * weight
+    if (internal & ((right < 0) | (left >= n_of) | (right >= n_of) | (feature >= n_features)
+                    | np.isnan(cond))).any() or (leaf & ~np.isfinite(values)).any():
+        return None
+    # Each tree's nodes reachable from its root, each once (_reachable's rule: no
+    # deleted nodes here).
+    children = np.concatenate([(left + start)[internal], (right + start)[internal]])
+    indegree = np.bincount(children, minlength=len(left))
+    roots = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    if indegree[roots].any() or (np.delete(indegree, roots) != 1).any():
+        return None
+    seen = np.zeros(len(left), dtype=bool)
+    frontier = roots
+    while len(frontier):
+        seen[frontier] = True
+        frontier = frontier[internal[frontier]]
+        frontier = np.concatenate([left[frontier], right[frontier]]) + \
+            np.concatenate([start[frontier], start[frontier]])
+    if not seen.all():
+        return None
+    hessian = cat["sum_hessian"]
+    return Trees(sizes=sizes, left=left, right=np.where(leaf, -1, right),
+                 feature=np.where(leaf, 0, feature), threshold=np.where(leaf, 0.0, cond),
+                 leaf_value=values, default_left=default_left, output=tree_info,
+                 source_id=np.arange(len(left)) - start,
+                 cover=None if hessian is None else hessian.astype(_F32).astype(np.float64))
 
 
 def _vector_leaves(raw: dict, where: str, n: int, width: int, leaf: np.ndarray,

@@ -45,6 +45,36 @@ class Tree:
     source_id: Sequence[int] | np.ndarray | None = None
 
 
+@dataclass
+class Trees:
+    """Many trees at once, for frontends that read a whole forest's columns together: a
+    :class:`Tree`'s per-node fields concatenated in tree order (children still numbered
+    within their tree), ``sizes`` the nodes of each tree and ``output`` each tree's
+    output. Splits are numeric (no categories, no linear leaves: such forests come as a
+    list of :class:`Tree`). Scalars broadcast to every node.
+
+    >>> forest = build_forest(Trees(sizes=[3, 1], left=[1, -1, -1, -1],
+    ...                             right=[2, -1, -1, -1], feature=0,
+    ...                             threshold=[0.5, 0, 0, 0], leaf_value=[0, 1, 2, 3]),
+    ...                       n_features=1, n_outputs=1)
+    >>> forest.n_trees, forest.tree_offsets.tolist()
+    (2, [0, 3, 4])
+    """
+
+    sizes: Sequence[int] | np.ndarray
+    left: Sequence[int] | np.ndarray
+    right: Sequence[int] | np.ndarray
+    feature: Sequence[int] | np.ndarray | int
+    threshold: Sequence[float] | np.ndarray
+    leaf_value: Sequence[float] | np.ndarray
+    default_left: Sequence[bool] | np.ndarray | bool = False
+    split_op: Sequence[int] | np.ndarray | int = OP_LT
+    missing: Sequence[int] | np.ndarray | int = MISSING_NAN
+    output: Sequence[int] | np.ndarray | int = 0
+    cover: Sequence[float] | np.ndarray | None = None
+    source_id: Sequence[int] | np.ndarray | None = None
+
+
 def int_array(values: Any, what: str, lo: int = _INT32.min, hi: int = _INT32.max) -> np.ndarray:
     """Whole numbers in [lo, hi] as int64, or ModelFormatError naming ``what``."""
     try:
@@ -73,8 +103,10 @@ def float_array(values: Any, what: str) -> np.ndarray:
 
 
 def _broadcast(value: Any, n: int, what: str, kind: str) -> np.ndarray:
-    arr = (np.asarray(value) if kind == "b" else int_array(value, what)).reshape(-1)
-    if arr.size == 1:
+    """``value`` ("b": truth values, "i": whole numbers, "f": numbers as they are) for
+    each of ``n`` nodes: one value is repeated, else there must be ``n``."""
+    arr = (int_array(value, what) if kind == "i" else np.asarray(value)).reshape(-1)
+    if arr.size == 1 and n != 1:
         arr = np.repeat(arr, n)
     if arr.size != n:
         raise ModelFormatError(f"{what}: {arr.size} entries for {n} nodes")
@@ -132,10 +164,16 @@ def check_outputs(n_outputs: int, values: int, where: str) -> None:
                                f"{values} values for them")
 
 
-def _optional_arrays(trees: Sequence[Tree]) -> dict[str, np.ndarray | None]:
+def _optional_arrays(trees: Sequence[Tree] | Trees) -> dict[str, np.ndarray | None]:
     """The optional per-node arrays, concatenated: present when every tree has them."""
     found: dict[str, np.ndarray | None] = {}
     for name, convert in (("cover", float_array), ("source_id", int_array)):
+        if isinstance(trees, Trees):
+            given_all = getattr(trees, name)
+            found[name] = None if given_all is None else _broadcast(
+                convert(given_all, f"trees: {name}"), len(trees.left), f"trees: {name}",
+                "f" if name == "cover" else "i")
+            continue
         given = [getattr(t, name) for t in trees]
         if any(g is None for g in given):
             found[name] = None
@@ -149,21 +187,59 @@ def _optional_arrays(trees: Sequence[Tree]) -> dict[str, np.ndarray | None]:
     return found
 
 
-def build_forest(trees: Sequence[Tree], *, n_features: int, n_outputs: int,
+def _node_columns(tree: Tree | Trees, where: str) -> dict[str, np.ndarray]:
+    """The per-node columns of one tree, or of :class:`Trees` (then ``where`` names them
+    all), converted and checked; categories come later (``cat_offset``, ``cat_words``
+    are zeros)."""
+    left = int_array(tree.left, f"{where}: left children")
+    right = int_array(tree.right, f"{where}: right children")
+    n = len(left)
+    if n == 0:
+        raise ModelFormatError(f"{where}: has no nodes")
+    if len(right) != n:
+        raise ModelFormatError(f"{where}: {n} left children but {len(right)} right")
+    leaf = left < 0
+    feature = _broadcast(tree.feature, n, f"{where}: features", "i")
+    threshold = float_array(tree.threshold, f"{where}: thresholds").reshape(-1)
+    if threshold.size != n:
+        raise ModelFormatError(f"{where}: {threshold.size} thresholds for {n} nodes")
+    value = float_array(tree.leaf_value, f"{where}: leaf values")
+    if value.ndim == 1:
+        value = value[:, None]
+    if value.ndim != 2 or value.shape[0] != n:
+        raise ModelFormatError(f"{where}: leaf values of shape {value.shape} for "
+                               f"{n} nodes")
+    # Leaves get feature 0 and threshold 0 so that code which loads a leaf's split
+    # fields (self-looping leaves, padded walks) stays in bounds.
+    return {"feature": np.where(leaf, 0, feature), "threshold": np.where(leaf, 0.0, threshold),
+            "left": left, "right": right,
+            "default_left": _broadcast(tree.default_left, n, f"{where}: default directions",
+                                       "b"),
+            "split_op": _broadcast(tree.split_op, n, f"{where}: split operators", "i"),
+            "missing": _broadcast(tree.missing, n, f"{where}: missing rules", "i"),
+            "cat_offset": np.zeros(n, dtype=np.int64), "cat_words": np.zeros(n, dtype=np.int64),
+            "leaf_value": value}
+
+
+def build_forest(trees: Sequence[Tree] | Trees, *, n_features: int, n_outputs: int,
                  base_score: Any = 0.0, linear_leaves: bool = False,
                  **model: Any) -> Forest:
     """Concatenate trees into a validated :class:`Forest`.
 
-    ``model`` holds the Forest's model-level fields (``post_transform``, ``average``,
-    ``input_dtype``, ``source``, ...). ``base_score`` broadcasts to ``n_outputs``.
+    ``trees``: a list of :class:`Tree`, or :class:`Trees` (numeric forests read in
+    columns). ``model`` holds the Forest's model-level fields (``post_transform``,
+    ``average``, ``input_dtype``, ``source``, ...). ``base_score`` broadcasts to
+    ``n_outputs``.
     """
-    # A scalar tree writes one output, a tree of vector leaves its leaves' width.
-    check_outputs(n_outputs, np.size(base_score) + sum(
-        np.shape(t.leaf_value)[1] if np.ndim(t.leaf_value) == 2 else 1 for t in trees),
-        "forest")
-    cols: dict[str, list[np.ndarray]] = {k: [] for k in (
-        "feature", "threshold", "left", "right", "default_left", "split_op", "missing",
-        "cat_offset", "cat_words", "leaf_value")}
+    if isinstance(trees, Trees):
+        if linear_leaves:
+            raise ModelFormatError("linear leaves come as a list of trees")
+        return _forest(trees, _node_columns(trees, "trees"),
+                       int_array(trees.sizes, "trees: sizes", 1),
+                       _broadcast(trees.output, np.size(trees.sizes), "trees: outputs", "i"),
+                       None, None, n_features=n_features, n_outputs=n_outputs,
+                       base_score=base_score, **model)
+    cols: dict[str, list[np.ndarray]] = {}
     lin_off, lin_cnt, lin_const, lin_feat, lin_coeff = [], [], [], [], []
     bitset: list[np.ndarray] = []
     budget = _BitsetBudget()
@@ -172,27 +248,10 @@ def build_forest(trees: Sequence[Tree], *, n_features: int, n_outputs: int,
     sizes, outputs = [], []
     for t, tree in enumerate(trees):
         where = f"tree {t}"
-        left = int_array(tree.left, f"{where}: left children")
-        right = int_array(tree.right, f"{where}: right children")
-        n = len(left)
-        if n == 0:
-            raise ModelFormatError(f"{where}: has no nodes")
-        if len(right) != n:
-            raise ModelFormatError(f"{where}: {n} left children but {len(right)} right")
-        leaf = left < 0
-        feature = _broadcast(tree.feature, n, f"{where}: features", "i")
-        threshold = float_array(tree.threshold, f"{where}: thresholds").reshape(-1)
-        if threshold.size != n:
-            raise ModelFormatError(f"{where}: {threshold.size} thresholds for {n} nodes")
-        value = float_array(tree.leaf_value, f"{where}: leaf values")
-        if value.ndim == 1:
-            value = value[:, None]
-        if value.ndim != 2 or value.shape[0] != n:
-            raise ModelFormatError(f"{where}: leaf values of shape {value.shape} for "
-                                   f"{n} nodes")
-        split_op = _broadcast(tree.split_op, n, f"{where}: split operators", "i")
-        cat_offset = np.zeros(n, dtype=np.int64)
-        cat_words = np.zeros(n, dtype=np.int64)
+        columns = _node_columns(tree, where)
+        n = len(columns["left"])
+        split_op, cat_offset, cat_words = (columns[k] for k in (
+            "split_op", "cat_offset", "cat_words"))
         for node, cats in (tree.categories or {}).items():
             if not 0 <= node < n:
                 raise ModelFormatError(f"{where}: categories given for node {node}, "
@@ -203,21 +262,9 @@ def build_forest(trees: Sequence[Tree], *, n_features: int, n_outputs: int,
             cat_words[node] = len(words)
             bitset.append(words)
             n_bitset += len(words)
-        # Leaves get feature 0 and threshold 0 so that code which loads a leaf's split
-        # fields (self-looping leaves, padded walks) stays in bounds.
-        feature = np.where(leaf, 0, feature)
-        threshold = np.where(leaf, 0.0, threshold)
-        cols["feature"].append(feature)
-        cols["threshold"].append(threshold)
-        cols["left"].append(left)
-        cols["right"].append(right)
-        cols["default_left"].append(_broadcast(tree.default_left, n,
-                                               f"{where}: default directions", "b"))
-        cols["split_op"].append(split_op)
-        cols["missing"].append(_broadcast(tree.missing, n, f"{where}: missing rules", "i"))
-        cols["cat_offset"].append(cat_offset)
-        cols["cat_words"].append(cat_words)
-        cols["leaf_value"].append(value)
+        for key, column in columns.items():
+            cols.setdefault(key, []).append(column)
+        value = columns["leaf_value"]
         if linear_leaves:
             off = np.zeros(n, dtype=np.int64)
             cnt = np.zeros(n, dtype=np.int64)
@@ -245,8 +292,6 @@ def build_forest(trees: Sequence[Tree], *, n_features: int, n_outputs: int,
     widths = {v.shape[1] for v in cols["leaf_value"]}
     if len(widths) != 1:
         raise ModelFormatError(f"trees disagree on the leaf width: {sorted(widths)}")
-    arrays = {k: np.concatenate(v) for k, v in cols.items()}
-    arrays.update(_optional_arrays(trees))
     linear = None
     if linear_leaves:
         linear = LinearLeaves(
@@ -254,14 +299,30 @@ def build_forest(trees: Sequence[Tree], *, n_features: int, n_outputs: int,
             const=np.concatenate(lin_const),
             feature=np.concatenate(lin_feat) if lin_feat else np.zeros(0, np.int32),
             coeff=np.concatenate(lin_coeff) if lin_coeff else np.zeros(0))
+    return _forest(trees, {k: np.concatenate(v) for k, v in cols.items()},
+                   np.asarray(sizes, dtype=np.int64), int_array(outputs, "tree outputs"),
+                   np.concatenate(bitset) if bitset else None, linear,
+                   n_features=n_features, n_outputs=n_outputs, base_score=base_score,
+                   **model)
+
+
+def _forest(trees: Sequence[Tree] | Trees, arrays: dict[str, np.ndarray], sizes: np.ndarray,
+            outputs: np.ndarray, bitset: np.ndarray | None, linear: LinearLeaves | None, *,
+            n_features: int, n_outputs: int, base_score: Any, **model: Any) -> Forest:
+    """The Forest of ``trees``' concatenated node columns ``arrays``."""
+    if sizes.sum() != len(arrays["left"]):
+        raise ModelFormatError(f"trees: sizes add up to {int(sizes.sum())} nodes, but "
+                               f"{len(arrays['left'])} are given")
+    # A scalar tree writes one output, a tree of vector leaves its leaves' width.
+    width = arrays["leaf_value"].shape[1]
+    check_outputs(n_outputs, np.size(base_score) + len(sizes) * width, "forest")
     base = np.broadcast_to(float_array(base_score, "base score").reshape(-1), (n_outputs,)) \
         if np.size(base_score) in (1, n_outputs) else None
     if base is None:
         raise ModelFormatError(f"{np.size(base_score)} base scores for {n_outputs} outputs")
     return Forest(
-        **arrays,
-        tree_offsets=np.concatenate([[0], np.cumsum(sizes)]),
-        tree_output=int_array(outputs, "tree outputs"),
-        cat_bitset=np.concatenate(bitset) if bitset else np.zeros(0, np.uint32),
+        **arrays, **_optional_arrays(trees),
+        tree_offsets=np.concatenate([[0], np.cumsum(sizes)]), tree_output=outputs,
+        cat_bitset=np.zeros(0, np.uint32) if bitset is None else bitset,
         n_features=n_features, n_outputs=n_outputs, base_score=base,
         linear=linear, **model)
