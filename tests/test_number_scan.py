@@ -70,10 +70,29 @@ def test_single_spaces_only(text):
 
 
 def test_it_writes_only_the_slots_it_is_given():
-    function, _ = number_scan._scanner()
+    function = number_scan._scanner()[0]
     out = np.full(3, -7.0)
     data = b"1,2,3"
     assert function(data, len(data), 1, out.ctypes.data, 2) == -1
     assert out[2] == -7.0
     # It reads only the length it is told: the rest of the bytes are not its text.
     assert function(data, 3, 1, out.ctypes.data, 3) == 2 and out[:2].tolist() == [1, 2]
+
+
+def test_json_lists_write_only_the_room_they_are_given():
+    """The document pass stops, unchanged past its buffers, when its values or spans
+    are full (json_lists sizes them so that they never are)."""
+    lists = number_scan._scanner()[1]
+    data = b'{"a": [1, 2], "b": [3, 4, 5]}'
+    for cap, max_spans in ((3, 2), (5, 1)):
+        values, spans = np.full(cap + 1, -7.0), np.full((max_spans + 1, 6), -7)
+        state = np.zeros(3, dtype=np.int64)
+        assert lists(data, len(data), len(data), values.ctypes.data, cap, spans.ctypes.data,
+                     max_spans, state.ctypes.data) == -1
+        assert values[cap] == -7.0 and (spans[max_spans] == -7).all()
+        assert state[1] == 2 and state[2] == 1  # the first list, read
+    # It reads only the length it is told: cut before the first ']', no list is closed.
+    state = np.zeros(3, dtype=np.int64)
+    assert lists(data, 11, 11, values.ctypes.data, 5, spans.ctypes.data, 2,
+                 state.ctypes.data) == 0
+    assert state.tolist() == [11, 0, 0]

@@ -1,11 +1,13 @@
 """frontends/numbers.py: numbers parsed by numpy mean what the exact parsers say."""
 
+import contextlib
 import json
 
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from silvanforge.frontends import number_scan
 from silvanforge.frontends.numbers import loads_json, parse_numbers
 
 finite = st.floats(allow_nan=False, allow_infinity=False)
@@ -56,15 +58,51 @@ def test_what_is_not_a_single_space_list_is_left_to_the_exact_parser(text):
                     lambda inner: st.one_of(st.lists(inner, max_size=4),
                                             st.dictionaries(st.text(max_size=6), inner,
                                                             max_size=4)),
-                    max_leaves=30))
-def test_documents_read_as_json_loads_reads_them(doc):
-    text = json.dumps({"d": doc, "s": "a: [1, 2] \\" + '"', "n": [1.5, -2]})
-    assert _plain(loads_json(text)) == _plain(json.loads(text))
+                    max_leaves=30),
+       st.booleans(), st.sampled_from([None, (",", ":"), (" , ", " :")]),
+       st.sampled_from([":[", ":\n\t\r ["]), st.integers(1, 64))
+def test_documents_read_as_json_loads_reads_them(doc, ascii, separators, opening, chunk):
+    """Any document, any blanks, strings in UTF-8 or escaped, read in chunks of any
+    size (the native pass pauses between tokens)."""
+    text = json.dumps({"d": doc, "s": "a: [1, 2] \\" + '"', "n": [1.5, -2]},
+                      ensure_ascii=ascii, separators=separators).replace(":[", opening)
+    with _chunks(chunk):
+        assert _plain(loads_json(text.encode())) == _plain(json.loads(text))
+
+
+@contextlib.contextmanager
+def _chunks(size: int):
+    before, number_scan._CHUNK = number_scan._CHUNK, size
+    try:
+        yield
+    finally:
+        number_scan._CHUNK = before
+
+
+def test_json_lists_spans():
+    """Where each list is, where its values are, and the lists it leaves to the exact
+    parser (-1) or to json.loads (absent): a 19-digit number, blanks alone, other
+    tokens, other blanks, a list in a string, a list of lists."""
+    data = b'{"a" : [ 1, 2 ], "b": [1234567890123456789], "c": [ ], "d": [1, true], ' \
+           b'"e": [1\f], "f": "x\\": [2]", "g": [[3]], "h":[4]}'
+    values, spans = number_scan.json_lists(data)
+    assert values.tolist() == [1.0, 2.0, 4.0]
+    rows = [(data[c:c + 1], data[e - 1:e], first, count, data[a:b])
+            for c, e, first, count, a, b in spans.tolist()]
+    assert rows == [(b":", b"]", 0, 2, b"1, 2"), (b":", b"]", 2, -1, b"1234567890123456789"),
+                    (b":", b"]", 2, -1, b""), (b":", b"]", 2, 1, b"4")]
+
+
+def test_invalid_utf8_is_refused_as_json_loads_refuses_it():
+    with pytest.raises(UnicodeDecodeError):
+        loads_json(b'{"a": [1], "b": "\xff"}')
+    with pytest.raises(UnicodeDecodeError):
+        loads_json(b'{"b": "\xed\xa0\x80"}')  # a lone surrogate
 
 
 def test_member_lists_become_arrays_and_others_stay():
-    doc = loads_json('{"a": [1, 2.5], "b": "[3]", "c": [[1], [2]], "d": [1, "x"], '
-                     '"e": [], "f": [NaN, 1]}')
+    doc = loads_json(b'{"a": [1, 2.5], "b": "[3]", "c": [[1], [2]], "d": [1, "x"], '
+                     b'"e": [], "f": [NaN, 1]}')
     assert isinstance(doc["a"], np.ndarray) and doc["a"].tolist() == [1.0, 2.5]
     assert doc["b"] == "[3]" and doc["c"] == [[1], [2]] and doc["d"] == [1, "x"]
     assert doc["e"] == [] and np.isnan(doc["f"][0])
@@ -73,5 +111,5 @@ def test_member_lists_become_arrays_and_others_stay():
 def test_a_file_cannot_forge_a_placeholder():
     # A string that looks like the splice's placeholders stays a string: the tag has a
     # nonce drawn per parse.
-    doc = loads_json('{"a": [1], "b": "\\u0000' + "0" * 32 + ':0"}')
+    doc = loads_json(b'{"a": [1], "b": "\\u0000' + b"0" * 32 + b':0"}')
     assert isinstance(doc["b"], str) and doc["a"].tolist() == [1.0]

@@ -36,9 +36,6 @@ S_PER_BYTE = 1.8e-8
 
 # What numbers in these lists are made of (no nan, inf or hex, which numpy would read).
 _NUMBER_CHARS = re.compile(r"[-+0-9eE.,\s]*")
-# A string (skipped whole, so that brackets inside one are left alone) or an object
-# member's value that is a non-empty list of numbers.
-_JSON_STRING_OR_LIST = re.compile(r'"(?:[^"\\]|\\.)*"|:\s*\[([-+0-9eE.,\s]+)\]')
 
 
 def parse_numbers(text: str, sep: str, syntax: "re.Pattern[str] | None" = None
@@ -72,42 +69,38 @@ def parse_numbers(text: str, sep: str, syntax: "re.Pattern[str] | None" = None
     return values if len(values) == body.count(sep) + 1 else None
 
 
-def loads_json(text: str) -> Any:
-    """``json.loads(text)`` with every object member that is a list of JSON numbers
+def loads_json(data: bytes) -> Any:
+    """``json.loads(data)`` with every object member that is a list of JSON numbers
     read as a float64 numpy array.
 
-    The lists are cut out of the text first (each replaced by a placeholder string that
-    names it with a nonce no file can know) and parsed by :func:`parse_numbers`; the
-    rest, a small document of objects, strings and short lists, goes to ``json.loads``,
-    and an object hook puts the arrays back in place.
+    The lists are found and read in one native pass (:func:`.number_scan.json_lists`)
+    and cut out of the text (each replaced by a placeholder string that names it with a
+    nonce no file can know); the rest, a small document of objects, strings and short
+    lists, goes to ``json.loads``, and an object hook puts the arrays back in place.
 
-    >>> loads_json('{"a": [1, 2.5], "b": "[3]", "c": [[1]]}')
+    >>> loads_json(b'{"a": [1, 2.5], "b": "[3]", "c": [[1]]}')
     {'a': array([1. , 2.5]), 'b': '[3]', 'c': [[1]]}
     """
     arrays: list[np.ndarray] = []
     tag = f"\x00{uuid.uuid4().hex}:"
-
-    def cut(match: "re.Match[str]") -> str:
-        body = match.group(1)
-        if body is None:
-            return match.group(0)  # a string, left as it is
-        values = parse_numbers(body, ",")
-        if values is None:
-            return match.group(0)  # not JSON numbers: json.loads reads (or refuses) it
-        arrays.append(values)
-        return f':"\\u0000{tag[1:]}{len(arrays) - 1}"'
-
-    with progress.bar("reading numbers", len(text) * S_PER_BYTE, len(text), "B") as shown:
-        done = [0]
-
-        def cut_shown(match: "re.Match[str]") -> str:
-            shown.update(match.end() - done[0])
-            done[0] = match.end()
-            return cut(match)
-
-        skeleton = _JSON_STRING_OR_LIST.sub(cut_shown, text)
+    marker = f':"\\u0000{tag[1:]}'.encode()
+    with progress.bar("reading numbers", len(data) * S_PER_BYTE, len(data), "B") as shown:
+        values, spans = number_scan.json_lists(data, shown.update)
+    pieces = []
+    done = 0
+    for colon, end, first, count, inside, stop in spans.tolist():
+        if count >= 0:
+            arrays.append(values[first:first + count])
+        else:
+            exact = parse_numbers(data[inside:stop].decode("ascii"), ",")
+            if exact is None:
+                continue  # not JSON numbers: json.loads reads (or refuses) them
+            arrays.append(exact)
+        pieces += (data[done:colon], marker, b"%d\"" % (len(arrays) - 1))
+        done = end
     if not arrays:
-        return json.loads(text)
+        return json.loads(data.decode("utf-8"))
+    pieces.append(data[done:])
 
     def restore(members: dict) -> dict:
         for key, value in members.items():
@@ -115,4 +108,5 @@ def loads_json(text: str) -> Any:
                 members[key] = arrays[int(value[len(tag):])]
         return members
 
-    return json.loads(skeleton, object_hook=restore)
+    # The lists cut out are ASCII: the rest is UTF-8 exactly when the whole is.
+    return json.loads(b"".join(pieces).decode("utf-8"), object_hook=restore)

@@ -120,7 +120,7 @@ def parse_document(data: bytes) -> dict:
         raise ModelFormatError("an XGBoost model must start with '{' (JSON or UBJSON)")
     if head[1:].lstrip()[:1] in (b'"', b"}"):
         try:
-            doc = numbers.loads_json(data.decode("utf-8"))
+            doc = numbers.loads_json(data)
         except UnicodeDecodeError as exc:
             raise ModelFormatError(f"the JSON model is not valid UTF-8: {exc}") from None
         except RecursionError:
@@ -556,21 +556,19 @@ def _plain_trees(raw_trees: list, tree_info: np.ndarray, n_features: int,
     if (internal & ((right < 0) | (left >= n_of) | (right >= n_of) | (feature >= n_features)
                     | np.isnan(cond))).any() or (leaf & ~np.isfinite(values)).any():
         return None
-    # Each tree's nodes reachable from its root, each once (_reachable's rule: no
-    # deleted nodes here).
-    children = np.concatenate([(left + start)[internal], (right + start)[internal]])
-    indegree = np.bincount(children, minlength=len(left))
-    roots = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-    if indegree[roots].any() or (np.delete(indegree, roots) != 1).any():
-        return None
+    # Each tree's nodes reached from its root once each (_reachable's rule, with no
+    # deleted nodes): level by level, all trees at once; a node reached twice (a cycle,
+    # a shared child) makes more visits than nodes, which also ends the walk.
     seen = np.zeros(len(left), dtype=bool)
-    frontier = roots
-    while len(frontier):
+    frontier = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    visits = 0
+    while len(frontier) and visits <= len(left):
+        visits += len(frontier)
         seen[frontier] = True
         frontier = frontier[internal[frontier]]
         frontier = np.concatenate([left[frontier], right[frontier]]) + \
             np.concatenate([start[frontier], start[frontier]])
-    if not seen.all():
+    if visits != len(left) or not seen.all():
         return None
     hessian = cat["sum_hessian"]
     return Trees(sizes=sizes, left=left, right=np.where(leaf, -1, right),
