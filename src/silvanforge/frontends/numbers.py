@@ -29,10 +29,11 @@ import numpy as np
 from .. import progress
 from . import number_scan
 
-# Seconds a byte of JSON text takes to read here (~18 ns on the 2-core development
-# machine: a 194 MB, 10,000-tree model in ~3.5 s since number_scan), the prediction that
-# shows a progress bar for big files (silvanforge.progress).
-S_PER_BYTE = 1.8e-8
+# Seconds a byte of JSON text takes to load here, the whole load (~17 ns on the 2-core
+# development machine: a 185 MB, 10,000-tree XGBoost model in ~3.2 s in a fresh process,
+# benchmarks/results-2026-11-26-compile-scale), the prediction that shows a progress bar
+# (over the pass for the lists, most of it) for big files (silvanforge.progress).
+S_PER_BYTE = 1.7e-8
 
 # What numbers in these lists are made of (no nan, inf or hex, which numpy would read).
 _NUMBER_CHARS = re.compile(r"[-+0-9eE.,\s]*")

@@ -43,9 +43,10 @@ from ..model.builder import Tree, Trees, build_forest, float_array, int_array
 from ..model.forest import MAX_CATEGORY, Forest
 from . import numbers, ubjson
 
-# Reading a tree of the document (depth 8, ~500 nodes) takes ~0.25 ms on the 2-core
-# development machine (benchmarks/results-2026-11-25-compile-scale-scan): the
-# prediction that shows a progress bar for big models (silvanforge.progress).
+# Reading a tree of the document one by one (depth 8, ~500 nodes; trees that are not
+# all plain, _plain_trees) takes ~0.25 ms on the 2-core development machine
+# (benchmarks/results-2026-11-25-compile-scale-scan): the prediction that shows a
+# progress bar for big models (silvanforge.progress).
 S_PER_TREE = 2.5e-4
 
 # objective → (post-transform, link from output-space base_score to margin space)
