@@ -322,7 +322,7 @@ def test_progress_bar_on_long_builds_on_a_terminal_only(model, monkeypatch, caps
 
 @pytest.mark.parametrize("tty", [True, False])
 def test_progress_bars_on_long_loads_on_a_terminal_only(model, monkeypatch, capsys, tty):
-    # Every load counts as long here (a 10,000-tree model reads for ~12 s).
+    # Every load counts as long here (a 10,000-tree model reads for ~3 s).
     monkeypatch.setattr(progress, "PROGRESS_AFTER_S", -1.0)
     monkeypatch.setattr(sys.stderr, "isatty", lambda: tty)
     load(str(model[0]))

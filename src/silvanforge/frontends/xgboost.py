@@ -43,11 +43,12 @@ from ..model.builder import Tree, Trees, build_forest, float_array, int_array
 from ..model.forest import MAX_CATEGORY, Forest
 from . import numbers, ubjson
 
-# Reading a tree of the document one by one (depth 8, ~500 nodes; trees that are not
-# all plain, _plain_trees) takes ~0.25 ms on the 2-core development machine
-# (benchmarks/results-2026-11-25-compile-scale-scan): the prediction that shows a
-# progress bar for big models (silvanforge.progress).
+# Reading a tree of the document (depth 8, ~500 nodes) takes ~0.25 ms one by one and
+# ~0.12 ms in columns (_plain_trees) on the 2-core development machine
+# (benchmarks/results-2026-11-25-compile-scale-scan, -26-compile-scale): the
+# predictions that show a progress bar for big models (silvanforge.progress).
 S_PER_TREE = 2.5e-4
+S_PER_PLAIN_TREE = 1.2e-4
 
 # objective → (post-transform, link from output-space base_score to margin space)
 _OBJECTIVES: dict[str, tuple[str, str]] = {
@@ -498,9 +499,18 @@ def _plain_trees(raw_trees: list, tree_info: np.ndarray, n_features: int,
     errors: this is the same reading, in columns (10,000 trees of depth 8: ~2.5 s one
     by one, docs/ARCHITECTURE.md "Loading big models"), and tests check both give the
     same Forest."""
+    with progress.bar("reading trees", len(raw_trees) * S_PER_PLAIN_TREE, len(raw_trees),
+                      "tree") as shown:
+        return _columns(raw_trees, tree_info, n_features, weight_drop, shown)
+
+
+def _columns(raw_trees: list, tree_info: np.ndarray, n_features: int,
+             weight_drop: np.ndarray | None, shown: progress.Bar) -> Trees | None:
+    """:func:`_plain_trees`' work, telling ``shown`` of each tree collected."""
     sizes = np.empty(len(raw_trees), dtype=np.int64)
     columns: dict[str, list] = {k: [] for k in (*_NODE_FIELDS, "sum_hessian", "split_type")}
     for t, raw in enumerate(raw_trees):
+        shown.update()
         if type(raw) is not dict:
             return None
         tparam = raw.get("tree_param")
