@@ -19,6 +19,7 @@ from silvanforge import reference
 from silvanforge.errors import InputError, ModelFormatError, SilvanForgeError
 from silvanforge.model import (MISSING_NAN, MISSING_NONE, MISSING_ZERO, OP_CAT, OP_EQ,
                                OP_LE, OP_LT, Tree, build_forest)
+from silvanforge.model.builder import Trees
 from silvanforge.model.forest import ZERO_THRESHOLD
 from util import probe_rows
 
@@ -95,6 +96,27 @@ def test_bad_node_data(change, message):
 def test_bad_model_fields(kw, message):
     with pytest.raises(ModelFormatError, match=message):
         forest_of(stump(), **kw)
+
+
+def test_trees_in_columns_build_the_forest_of_their_list():
+    """``Trees`` (a forest's columns) and the list of its ``Tree`` give one Forest;
+    columns that disagree with their sizes, or Forest-level faults, are refused."""
+    a, b = stump(0, 0.5, (1.0, 2.0), default_left=[True, False, False]), \
+        stump(1, -0.25, (3.0, -4.0), output=1)
+    columns = Trees(sizes=[3, 3], left=[1, -1, -1] * 2, right=[2, -1, -1] * 2,
+                    feature=[0, 0, 0, 1, 0, 0], threshold=[0.5, 0, 0, -0.25, 0, 0],
+                    leaf_value=[0.0, 1.0, 2.0, 0.0, 3.0, -4.0],
+                    default_left=[True, False, False, False, False, False], output=[0, 1])
+    listed = forest_of(a, b, n_outputs=2)
+    built = build_forest(columns, n_features=2, n_outputs=2)
+    for field in dataclasses.fields(listed):
+        x, y = getattr(listed, field.name), getattr(built, field.name)
+        assert np.array_equal(x, y) if isinstance(x, np.ndarray) else x == y, field.name
+    with pytest.raises(ModelFormatError, match="sizes add up to 5"):
+        build_forest(dataclasses.replace(columns, sizes=[3, 2]), n_features=2, n_outputs=2)
+    with pytest.raises(ModelFormatError, match="out of range"):
+        build_forest(dataclasses.replace(columns, right=[2, -1, -1, 7, -1, -1]),
+                     n_features=2, n_outputs=2)
 
 
 def test_tree_output_out_of_range():

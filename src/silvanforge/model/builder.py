@@ -233,7 +233,7 @@ def build_forest(trees: Sequence[Tree] | Trees, *, n_features: int, n_outputs: i
     """
     if isinstance(trees, Trees):
         if linear_leaves:
-            raise ModelFormatError("linear leaves come as a list of trees")
+            raise TypeError("Trees hold no linear leaves: give a list of Tree")
         return _forest(trees, _node_columns(trees, "trees"),
                        int_array(trees.sizes, "trees: sizes", 1),
                        _broadcast(trees.output, np.size(trees.sizes), "trees: outputs", "i"),
