@@ -261,8 +261,8 @@ def forest_from_document(doc: dict, n_iterations: int | None = None) -> Forest:
     feature_names = _feature_names(learner, n_features)
     vector = not isinstance(trees, Trees) and bool(trees) and \
         np.ndim(trees[0].leaf_value) == 2 and np.shape(trees[0].leaf_value)[1] > 1
-    return build_forest(
-        trees, n_features=n_features, n_outputs=n_outputs, base_score=base_margin,
+    fields = dict(
+        n_features=n_features, n_outputs=n_outputs, base_score=base_margin,
         trees_per_round=_trees_per_round(model, vector, n_outputs), leaf_layout="trees_1d",
         post_transform=transform, input_dtype=np.float32, category_rule="nonnegative",
         negative_category="not_in_set", flat_output=True, feature_names=feature_names,
@@ -271,6 +271,16 @@ def forest_from_document(doc: dict, n_iterations: int | None = None) -> Forest:
         # refuses a category its training never saw (both checked by the tests).
         sparse_absent="missing", unseen_category="error",
         objective=objective, source=source)
+    try:
+        return build_forest(trees, **fields)
+    except ModelFormatError:
+        if not isinstance(trees, Trees):
+            raise
+    # Trees read at once whose Forest is refused (a child out of range, a cycle, a NaN
+    # threshold, pruned nodes...): read one by one, which drops pruned nodes and names
+    # the tree and node of anything else.
+    return build_forest(_read_trees(model, n_features, n_outputs, weight_drop,
+                                    n_iterations, at_once=False), **fields)
 
 
 def _link(base: np.ndarray, link: str, objective: str) -> np.ndarray:
@@ -337,8 +347,10 @@ def _pandas_categories(model: dict, names: Sequence[str] | None) -> dict | None:
 
 
 def _read_trees(model: dict, n_features: int, n_outputs: int,
-                weight_drop: np.ndarray | None, n_iterations: int | None
-                ) -> list[Tree] | Trees:
+                weight_drop: np.ndarray | None, n_iterations: int | None,
+                at_once: bool = True) -> list[Tree] | Trees:
+    """The trees: in columns (:func:`_plain_trees`) when ``at_once`` and they are all
+    plain, else one by one."""
     where = "gradient_booster.model"
     raw_trees = _get(model, "trees", where, list)
     tree_info = int_array(_array(model, "tree_info", where), f"{where}.tree_info",
@@ -354,10 +366,10 @@ def _read_trees(model: dict, n_features: int, n_outputs: int,
                                f"{num_trees} trees")
     if n_iterations is not None:
         num_trees = _trees_in_iterations(model, num_trees, n_iterations)
-    at_once = _plain_trees(raw_trees[:num_trees], tree_info[:num_trees], n_features,
-                           weight_drop)
-    if at_once is not None:
-        return at_once
+    plain = _plain_trees(raw_trees[:num_trees], tree_info[:num_trees], weight_drop) \
+        if at_once else None
+    if plain is not None:
+        return plain
     trees = []
     with progress.bar("reading trees", num_trees * S_PER_TREE, num_trees, "tree") as shown:
         for t in range(num_trees):
@@ -491,21 +503,24 @@ _CATEGORY_FIELDS = ("categories", "categories_nodes", "categories_segments",
                     "categories_sizes")
 
 
-def _plain_trees(raw_trees: list, tree_info: np.ndarray, n_features: int,
-                 weight_drop: np.ndarray | None) -> Trees | None:
-    """Every tree at once, as :class:`Trees`, when they are all plain: numeric splits,
-    scalar leaves, every node reachable, every field as XGBoost writes it and valid.
-    Otherwise None, and :func:`_read_tree` reads them one by one, which raises the
-    errors: this is the same reading, in columns (10,000 trees of depth 8: ~2.5 s one
-    by one, docs/ARCHITECTURE.md "Loading big models"), and tests check both give the
-    same Forest."""
+def _plain_trees(raw_trees: list, tree_info: np.ndarray, weight_drop: np.ndarray | None
+                 ) -> Trees | None:
+    """Every tree at once, as :class:`Trees`, when each is plain: numeric splits, scalar
+    leaves, no pruned nodes, every field as XGBoost writes it. Otherwise None, and
+    :func:`_read_tree` reads them one by one. This is the same reading in columns
+    (10,000 trees of depth 8: ~2.5 s one by one, docs/ARCHITECTURE.md "Loading big
+    models"): the checks here are those of the one-by-one reading that the Forest does
+    not make (whole numbers in range, every node's field); what the Forest refuses
+    (children, features, thresholds, leaf values, reachability) sends the caller back
+    to reading one by one, which names the tree and node. Tests check that both
+    readings end the same way, Forest or error."""
     with progress.bar("reading trees", len(raw_trees) * S_PER_PLAIN_TREE, len(raw_trees),
                       "tree") as shown:
-        return _columns(raw_trees, tree_info, n_features, weight_drop, shown)
+        return _columns(raw_trees, tree_info, weight_drop, shown)
 
 
-def _columns(raw_trees: list, tree_info: np.ndarray, n_features: int,
-             weight_drop: np.ndarray | None, shown: progress.Bar) -> Trees | None:
+def _columns(raw_trees: list, tree_info: np.ndarray, weight_drop: np.ndarray | None,
+             shown: progress.Bar) -> Trees | None:
     """:func:`_plain_trees`' work, telling ``shown`` of each tree collected."""
     sizes = np.empty(len(raw_trees), dtype=np.int64)
     columns: dict[str, list] = {k: [] for k in (*_NODE_FIELDS, "sum_hessian", "split_type")}
@@ -557,35 +572,14 @@ def _columns(raw_trees: list, tree_info: np.ndarray, n_features: int,
     except ModelFormatError:
         return None
     cond = cat["split_conditions"].astype(_F32).astype(np.float64)
-    tree_of = np.repeat(np.arange(n_trees), sizes)
-    start = np.concatenate([[0], np.cumsum(sizes)[:-1]])[tree_of]
-    n_of = sizes[tree_of]
+    start = np.repeat(np.concatenate([[0], np.cumsum(sizes)[:-1]]), sizes)
     leaf = left < 0
-    internal = ~leaf
     weight = 1.0 if weight_drop is None else np.repeat(weight_drop[:n_trees], sizes)
-    values = np.where(leaf, cond, 0.0) * weight
-    if (internal & ((right < 0) | (left >= n_of) | (right >= n_of) | (feature >= n_features)
-                    | np.isnan(cond))).any() or (leaf & ~np.isfinite(values)).any():
-        return None
-    # Each tree's nodes reached from its root once each (_reachable's rule, with no
-    # deleted nodes): level by level, all trees at once; a node reached twice (a cycle,
-    # a shared child) makes more visits than nodes, which also ends the walk.
-    seen = np.zeros(len(left), dtype=bool)
-    frontier = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-    visits = 0
-    while len(frontier) and visits <= len(left):
-        visits += len(frontier)
-        seen[frontier] = True
-        frontier = frontier[internal[frontier]]
-        frontier = np.concatenate([left[frontier], right[frontier]]) + \
-            np.concatenate([start[frontier], start[frontier]])
-    if visits != len(left) or not seen.all():
-        return None
     hessian = cat["sum_hessian"]
     return Trees(sizes=sizes, left=left, right=np.where(leaf, -1, right),
                  feature=np.where(leaf, 0, feature), threshold=np.where(leaf, 0.0, cond),
-                 leaf_value=values, default_left=default_left, output=tree_info,
-                 source_id=np.arange(len(left)) - start,
+                 leaf_value=np.where(leaf, cond, 0.0) * weight, default_left=default_left,
+                 output=tree_info, source_id=np.arange(len(left)) - start,
                  cover=None if hessian is None else hessian.astype(_F32).astype(np.float64))
 
 
