@@ -18,6 +18,11 @@ exact slow way (which also names what is wrong). Grammar: numbers ``-?D+(.D+)?([
 line ends around it, or by exactly one space. It reads only inside the text and writes
 only the ``cap`` slots it is given.
 
+:func:`json_lists` runs the same reader over a whole JSON document in one pass
+(``lists`` in the IR): it skips strings, finds each object member whose value is a list
+of number characters, and reads the list into one buffer of values, so that a document
+of 100,000 lists costs one native call per 8 MB instead of a Python call per list.
+
 >>> scan("1,-2.5e3, 0", ",").tolist()
 [1.0, -2500.0, 0.0]
 >>> scan("0.1 3", " ").tolist()

@@ -495,8 +495,8 @@ def _read_tree(raw: Any, t: int, output: int, n_features: int, n_outputs: int,
                 source_id=node_id, cover=cover)
 
 
-# The node arrays of a tree, and the parameters _read_tree reads (as the digits XGBoost
-# writes them, for the reader at once).
+# The node arrays _read_tree reads for a scalar tree, and the category lists it reads
+# when categories_nodes is there (a plain tree's are empty).
 _NODE_FIELDS = ("left_children", "right_children", "split_indices", "split_conditions",
                 "default_left")
 _CATEGORY_FIELDS = ("categories", "categories_nodes", "categories_segments",
