@@ -153,23 +153,9 @@ def main(argv=None) -> int:
     parser.add_argument("--lightgbm-code", action="store_true")
     parser.add_argument("--out", default=os.path.join(HERE, "results"))
     args = parser.parse_args(argv)
-    folder = tempfile.mkdtemp(prefix="sf-compile-scale-")
-    rows = []
-    for n in args.trees:
-        path = xgboost_model(n, folder)
-        row = {"model": f"xgboost {n} trees", "trees": n,
-               "file_mb": os.path.getsize(path) / 2**20, **_run(_SILVANFORGE, path, "{}"),
-               "xgboost": _run(_XGBOOST, path)}
-        rows.append(row)
-        print(markdown([row]).splitlines()[-1], flush=True)
-    if args.lightgbm_code:
-        path = lightgbm_model(folder)
-        for options in ({}, {"representation": "code"}):
-            row = {"model": "lightgbm 500 x 255 leaves", "trees": 500,
-                   "file_mb": os.path.getsize(path) / 2**20,
-                   **_run(_SILVANFORGE, path, json.dumps(options))}
-            rows.append(row)
-            print(markdown([row]).splitlines()[-1], flush=True)
+    # The models (~280 MB for the default sizes) are removed when the run ends.
+    with tempfile.TemporaryDirectory(prefix="sf-compile-scale-") as folder:
+        rows = measure(args.trees, args.lightgbm_code, folder)
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "compile_scale.json"), "w") as fh:
         json.dump({"cpu": platform.processor() or platform.machine(),
@@ -181,6 +167,27 @@ def main(argv=None) -> int:
         print("wrote compile_scale.png")
     print(table)
     return 0
+
+
+def measure(trees: list[int], lightgbm_code: bool, folder: str) -> list[dict]:
+    """A row of measurements for each model, the models written to ``folder``."""
+    rows = []
+    for n in trees:
+        path = xgboost_model(n, folder)
+        row = {"model": f"xgboost {n} trees", "trees": n,
+               "file_mb": os.path.getsize(path) / 2**20, **_run(_SILVANFORGE, path, "{}"),
+               "xgboost": _run(_XGBOOST, path)}
+        rows.append(row)
+        print(markdown([row]).splitlines()[-1], flush=True)
+    if lightgbm_code:
+        path = lightgbm_model(folder)
+        for options in ({}, {"representation": "code"}):
+            row = {"model": "lightgbm 500 x 255 leaves", "trees": 500,
+                   "file_mb": os.path.getsize(path) / 2**20,
+                   **_run(_SILVANFORGE, path, json.dumps(options))}
+            rows.append(row)
+            print(markdown([row]).splitlines()[-1], flush=True)
+    return rows
 
 
 if __name__ == "__main__":
