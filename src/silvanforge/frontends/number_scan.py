@@ -301,6 +301,7 @@ define i64 @lists(i8* noalias %s, i64 %len, i64 %stop, double* noalias %out, i64
                   i64* noalias %spans, i64 %maxspans, i64* noalias %state) {
 entry:
   %i = alloca i64
+  %j = alloca i64
   %p0 = load i64, i64* %state
   store i64 %p0, i64* %i
   br label %top
@@ -377,23 +378,14 @@ close:
   %empty = icmp eq i64 %bend, %bstart
   br i1 %empty, label %top, label %lstrip
 lstrip:
-  %l = phi i64 [ %bstart, %close ], [ %l1, %lskip ]
-  %lin = icmp ult i64 %l, %bend
-  br i1 %lin, label %lchar, label %rstrip
-lchar:
-  %lp = getelementptr i8, i8* %s, i64 %l
-  %lc = load i8, i8* %lp
-  %lc32 = zext i8 %lc to i32
-  %lb = call i1 @blank(i32 %lc32)
-  br i1 %lb, label %lskip, label %rstrip
-lskip:
-  %l1 = add i64 %l, 1
-  br label %lstrip
-rstrip:
-  %from = phi i64 [ %l, %lstrip ], [ %l, %lchar ]
+  ; the inside's first blank-free byte: the blanks skipped as within a list, the
+  ; inside's end taken for the text's
+  store i64 %bstart, i64* %j
+  %lc = call i32 @after_blanks(i8* %s, i64 %bend, i64* %j)
+  %from = load i64, i64* %j
   br label %rlook
 rlook:
-  %r = phi i64 [ %bend, %rstrip ], [ %r1, %rskip ]
+  %r = phi i64 [ %bend, %lstrip ], [ %r1, %rskip ]
   %rin = icmp ugt i64 %r, %from
   br i1 %rin, label %rchar, label %record
 rchar:
