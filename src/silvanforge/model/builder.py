@@ -103,10 +103,8 @@ def float_array(values: Any, what: str) -> np.ndarray:
 
 
 def _broadcast(value: Any, n: int, what: str, kind: str) -> np.ndarray:
-    """``value`` ("b": truth values, "i": whole numbers, "f": numbers as they are) for
-    each of ``n`` nodes: one value is repeated, else there must be ``n``."""
-    arr = (int_array(value, what) if kind == "i" else np.asarray(value)).reshape(-1)
-    if arr.size == 1 and n != 1:
+    arr = (np.asarray(value) if kind == "b" else int_array(value, what)).reshape(-1)
+    if arr.size == 1:
         arr = np.repeat(arr, n)
     if arr.size != n:
         raise ModelFormatError(f"{what}: {arr.size} entries for {n} nodes")
@@ -165,23 +163,20 @@ def check_outputs(n_outputs: int, values: int, where: str) -> None:
 
 
 def _optional_arrays(trees: Sequence[Tree] | Trees) -> dict[str, np.ndarray | None]:
-    """The optional per-node arrays, concatenated: present when every tree has them."""
+    """The optional per-node arrays, concatenated: present when every tree has them
+    (:class:`Trees` are one group of columns, named "trees")."""
+    groups, names = ([trees], ["trees"]) if isinstance(trees, Trees) else \
+        (trees, [f"tree {t}" for t in range(len(trees))])
     found: dict[str, np.ndarray | None] = {}
     for name, convert in (("cover", float_array), ("source_id", int_array)):
-        if isinstance(trees, Trees):
-            given_all = getattr(trees, name)
-            found[name] = None if given_all is None else _broadcast(
-                convert(given_all, f"trees: {name}"), len(trees.left), f"trees: {name}",
-                "f" if name == "cover" else "i")
-            continue
-        given = [getattr(t, name) for t in trees]
+        given = [getattr(t, name) for t in groups]
         if any(g is None for g in given):
             found[name] = None
             continue
-        parts = [convert(g, f"tree {t}: {name}").reshape(-1) for t, g in enumerate(given)]
-        for t, (part, tree) in enumerate(zip(parts, trees)):
+        parts = [convert(g, f"{where}: {name}").reshape(-1) for where, g in zip(names, given)]
+        for where, part, tree in zip(names, parts, groups):
             if len(part) != len(tree.left):
-                raise ModelFormatError(f"tree {t}: {len(part)} {name} values for "
+                raise ModelFormatError(f"{where}: {len(part)} {name} values for "
                                        f"{len(tree.left)} nodes")
         found[name] = np.concatenate(parts)
     return found

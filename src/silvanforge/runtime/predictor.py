@@ -190,9 +190,8 @@ class Predictor(ForestShape):
         # kernel (one thread, whatever n_jobs says once it is valid) when the kernel
         # finishes the values itself (no numpy step).
         value = self._finish.get("value")
-        few = self._small is not None and not self._small.has_scratch and \
+        self._few = self._small is not None and not self._small.has_scratch and \
             value is not None and value != _SCORE
-        self._few = few
         self._few_finish = value
         self._few_width = None if self._flat else forest.n_outputs
         self._leaf: Predictor | None = None
