@@ -55,6 +55,37 @@ def test_a_worker_builds_what_this_process_builds(two_cores):
     assert all(f"@f{i}" in ir for i, (_, ir) in enumerate(built))
 
 
+_BRANCHES = """
+define double @pick(double* noalias %x, double %t) {
+entry:
+  %v = load double, double* %x
+  %c = fcmp ogt double %v, %t
+  br i1 %c, label %a, label %b
+a:
+  %w = fmul double %v, 3.0
+  ret double %w
+b:
+  %u = fadd double %v, 1.0
+  ret double %u
+}
+"""
+
+
+def test_the_fast_instruction_selector_is_chosen_per_build(two_cores):
+    # LLVM's selector is a process-wide option: a build asking for the fast one must
+    # not leave it on for the next (the other layouts' code), here or in a worker.
+    full = build.build_object(_BRANCHES, *ARGS)[0]
+    fast = build.build_object(_BRANCHES, *ARGS, fast_isel=True)[0]
+    assert fast != full
+    assert build.build_object(_BRANCHES, *ARGS)[0] == full
+    job = build.ParallelBuild(*ARGS, fast_isel=True)
+    job.submit(_BRANCHES)
+    assert [obj for obj, _ in job.finish(_BRANCHES)] == [fast, fast]
+    job = build.ParallelBuild(*ARGS)
+    job.submit(_BRANCHES)
+    assert [obj for obj, _ in job.finish(_BRANCHES)] == [full, full]
+
+
 def test_invalid_ir_is_a_build_error_in_a_worker_and_here(two_cores):
     job = build.ParallelBuild(*ARGS)
     job.submit("define void @f() { ret i64 0 }")

@@ -213,9 +213,10 @@ def write_library(predict: Kernels, directory: str | os.PathLike, name: str = "m
     extra = [s.tag[:-1] for s in sets[1:]]
     text = _module_text(sets, name, target, threads)
     try:
+        layout = REGISTRY[plan.representation]
         obj, _ = build.build(text, target.triple, target.cpu, target.features,
-                             REGISTRY[plan.representation].llvm_opt, pic=True,
-                             keep_ir=False)
+                             layout.llvm_opt, pic=True, keep_ir=False,
+                             fast_isel=layout.llvm_fast_isel)
     except build.BuildError as exc:
         raise BackendError(f"library {name}: invalid LLVM IR: {exc}") from None
     header.write_text(header_text(forest, name, target, threads, extra))

@@ -81,8 +81,10 @@ class Representation(ABC):
     vector_walks: ClassVar[bool] = False
     # Whether a second kernel for batches of a few rows pays for its compile time.
     small_batch_kernel: ClassVar[bool] = True
-    # The LLVM optimisation level its CPU kernels are built at.
+    # The LLVM optimisation level its CPU kernels are built at, and whether with LLVM's
+    # fast instruction selector (the one level 0 uses).
     llvm_opt: ClassVar[int] = 2
+    llvm_fast_isel: ClassVar[bool] = False
 
     @classmethod
     def suits(cls, forest: Forest, precision: str, cpu_features: frozenset[str]) -> bool:

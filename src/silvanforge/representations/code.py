@@ -81,9 +81,11 @@ class CodeRepresentation(SparseRepresentation):
     default_rank = 2
     # Its one kernel serves every batch: a second would double its compile time.
     small_batch_kernel = False
-    # Trees as branches gain nothing from O2's later passes (docs/ARCHITECTURE.md,
+    # Trees as branches gain nothing from O2's later passes, nor from the full
+    # instruction selector, which took a third of code generation (docs/ARCHITECTURE.md,
     # "Default choices").
     llvm_opt = 1
+    llvm_fast_isel = True
 
     @classmethod
     def suits(cls, forest: Forest, precision: str, cpu_features: frozenset[str]) -> bool:

@@ -116,8 +116,10 @@ def _compiled(kernels: list[_Kernel], plan: Plan) -> None:
     todo = [k for k in kernels if k.code is None]
     if todo:
         guard.check(f"{len(todo)} kernel(s) of a {plan.representation} plan")
-    codes = compile_kernels([k.lir for k in todo], opt=REGISTRY[plan.representation].llvm_opt,
-                            target=cpu_target(plan.cpu)) if todo else []
+    layout = REGISTRY[plan.representation]
+    codes = compile_kernels([k.lir for k in todo], opt=layout.llvm_opt,
+                            target=cpu_target(plan.cpu),
+                            fast_isel=layout.llvm_fast_isel) if todo else []
     for kernel in kernels:
         kernel.bind(codes.pop(0) if kernel.code is None else None)
 

@@ -42,10 +42,15 @@ class BuildError(RuntimeError):
 #: Modules a worker builds before it is replaced: at the leak's ~150 KB a module, a
 #: worker holds at most ~15 MB of it, and its start (~0.2 s) is paid once per 100 builds.
 BUILDS_PER_WORKER = 100
+#: The instruction selector is a process-wide LLVM option, read when a module is
+#: emitted: it is set, and the module emitted, under this lock. It is touched only once a
+#: build asks for the fast one, so a process that never does keeps LLVM's default.
+_ISEL_LOCK = threading.Lock()
+_FAST_ISEL = [False]  # what the option was last set to (LLVM's default: off above O0)
 
 
-def build(text: str, triple: str, cpu: str, features: str,
-          opt: int, pic: bool = False, keep_ir: bool = True) -> tuple[bytes, str]:
+def build(text: str, triple: str, cpu: str, features: str, opt: int, pic: bool = False,
+          keep_ir: bool = True, fast_isel: bool = False) -> tuple[bytes, str]:
     """:func:`build_object`'s answer, built by this process's home worker (so that the
     pipeline's leak is not this process's); built here when no worker can be had.
 
@@ -54,7 +59,7 @@ def build(text: str, triple: str, cpu: str, features: str,
     >>> "define void @f()" in ir
     True
     """
-    target = (triple, cpu, features, opt, pic, keep_ir)
+    target = (triple, cpu, features, opt, pic, keep_ir, fast_isel)
     with _HOME_LOCK:
         home = _HOME[0] if _HOME else None
         if home is None or not home.alive():
@@ -75,13 +80,16 @@ def build(text: str, triple: str, cpu: str, features: str,
     return build_object(text, *target)
 
 
-def build_object(text: str, triple: str, cpu: str, features: str,
-                 opt: int, pic: bool = False, keep_ir: bool = True) -> tuple[bytes, str]:
+def build_object(text: str, triple: str, cpu: str, features: str, opt: int,
+                 pic: bool = False, keep_ir: bool = True,
+                 fast_isel: bool = False) -> tuple[bytes, str]:
     """Parse, verify and optimise ``text`` at level ``opt`` (0-3) and emit it for the
     given target: (object code, optimised IR; "" without ``keep_ir``: printing a module
     with megabytes of constants takes seconds). ``pic``: position-independent code for
     a shared library (an exported one, :mod:`silvanforge.export`), else code for the
-    JIT. A triple of another architecture than this machine's is built too.
+    JIT. ``fast_isel``: LLVM's fast instruction selector at any level (what level 0
+    uses; see :data:`_ISEL_LOCK`). A triple of another architecture than this machine's
+    is built too.
 
     >>> obj, ir = build_object("define void @f() { ret void }", llvm.get_process_triple(),
     ...                        "", "", 2)
@@ -106,7 +114,12 @@ def build_object(text: str, triple: str, cpu: str, features: str,
     options = llvm.create_pipeline_tuning_options(speed_level=opt)
     passes = llvm.create_pass_builder(machine, options)
     passes.getModulePassManager().run(module, passes)
-    return machine.emit_object(module), str(module) if keep_ir else ""
+    with _ISEL_LOCK:
+        if fast_isel != _FAST_ISEL[0]:
+            llvm.set_option("", f"-fast-isel={'true' if fast_isel else 'false'}")
+            _FAST_ISEL[0] = fast_isel
+        obj = machine.emit_object(module)
+    return obj, str(module) if keep_ir else ""
 
 
 class ParallelBuild:
@@ -119,8 +132,9 @@ class ParallelBuild:
     [True, True]
     """
 
-    def __init__(self, triple: str, cpu: str, features: str, opt: int) -> None:
-        self.target = (triple, cpu, features, opt)
+    def __init__(self, triple: str, cpu: str, features: str, opt: int,
+                 fast_isel: bool = False) -> None:
+        self.target = (triple, cpu, features, opt, False, True, fast_isel)
         self.jobs: list[_Job] = []
         self.pending: queue.Queue[_Job | None] = queue.Queue()
         self.workers = [threading.Thread(target=self._serve, args=(w,), daemon=True)
@@ -216,7 +230,7 @@ class _Job:
         self.answer: tuple[bytes, str] | BuildError | None = None
         self.done = threading.Event()
 
-    def build(self, target: tuple[str, str, str, int]) -> None:
+    def build(self, target: tuple) -> None:
         try:
             self.answer = build(self.text, *target)
         except BuildError as exc:

@@ -41,11 +41,12 @@ log = logging.getLogger(__name__)
 Params = Sequence[Union[ir.Buffer, ir.Var]]
 
 
-def compile_kernel(kernel: ir.Kernel, *, opt: int = 2,
-                   target: Target | None = None) -> "CompiledKernel":
+def compile_kernel(kernel: ir.Kernel, *, opt: int = 2, target: Target | None = None,
+                   fast_isel: bool = False) -> "CompiledKernel":
     """Compile ``kernel`` for ``target`` (default: the host CPU) at LLVM optimisation
-    level ``opt`` (0-3). Code for a target that does not run here is built, and can be
-    saved, but not called (:class:`CompiledKernel`).
+    level ``opt`` (0-3), with LLVM's fast instruction selector where ``fast_isel``.
+    Code for a target that does not run here is built, and can be saved, but not called
+    (:class:`CompiledKernel`).
 
     Parallel loops call the OpenMP runtime; without one they run serially (one warning).
 
@@ -61,7 +62,7 @@ def compile_kernel(kernel: ir.Kernel, *, opt: int = 2,
     array([0., 2., 4.])
     """
     target = target or Target.host()
-    pieces = _Pieces(target, opt) if build.cores() > 1 else None
+    pieces = _Pieces(target, opt, fast_isel) if build.cores() > 1 else None
     try:
         module = render_kernel(kernel, target, pieces)
     except BaseException:
@@ -72,7 +73,7 @@ def compile_kernel(kernel: ir.Kernel, *, opt: int = 2,
     try:
         if pieces is None or pieces.build is None:
             built = [build.build(str(module), target.triple, target.cpu,
-                                  target.features, opt)]
+                                 target.features, opt, fast_isel=fast_isel)]
         else:
             modules = len(pieces.build.jobs) + 1
             seconds = instructions * LLVM_S_PER_INSTRUCTION / min(build.cores(), modules)
@@ -117,8 +118,10 @@ def render_kernel(kernel: ir.Kernel, target: Target, pieces: "_Pieces | None" = 
 
 
 def compile_kernels(kernels: Sequence[ir.Kernel], *, opt: int = 2,
-                    target: Target | None = None) -> list["CompiledKernel"]:
-    """Compile several kernels for ``target`` (default: the host CPU) at level ``opt``:
+                    target: Target | None = None,
+                    fast_isel: bool = False) -> list["CompiledKernel"]:
+    """Compile several kernels for ``target`` (default: the host CPU) at level ``opt``
+    (and ``fast_isel``, as :func:`compile_kernel`):
     each after the first is built by a
     worker process while this one builds the first (a predictor's main and small-batch
     kernels), where the machine has more than one core; one kernel is
@@ -129,12 +132,13 @@ def compile_kernels(kernels: Sequence[ir.Kernel], *, opt: int = 2,
     ['a', 'b']
     """
     if len(kernels) < 2 or build.cores() < 2:
-        return [compile_kernel(k, opt=opt, target=target) for k in kernels]
+        return [compile_kernel(k, opt=opt, target=target, fast_isel=fast_isel)
+                for k in kernels]
     target = target or Target.host()
     rendered = [render_kernel(kernel, target) for kernel in kernels]
     sizes = [_instructions(module) for module in rendered]
     modules = [str(module) for module in rendered]
-    job = build.ParallelBuild(target.triple, target.cpu, target.features, opt)
+    job = build.ParallelBuild(target.triple, target.cpu, target.features, opt, fast_isel)
     for text in modules[1:]:
         job.submit(text)
     try:
@@ -156,8 +160,8 @@ class _Pieces:
     """Collects a kernel's outlined functions into modules of at least
     :data:`MIN_PARALLEL_INSTRUCTIONS`, each sent to a parallel build when full."""
 
-    def __init__(self, target: Target, opt: int) -> None:
-        self.target, self.opt = target, opt
+    def __init__(self, target: Target, opt: int, fast_isel: bool) -> None:
+        self.target, self.opt, self.fast_isel = target, opt, fast_isel
         self.batch: list[ll.Function] = []
         self.instructions = 0
         self.submitted = 0  # instructions sent to the parallel build
@@ -170,7 +174,8 @@ class _Pieces:
             return
         if self.build is None:
             t = self.target
-            self.build = build.ParallelBuild(t.triple, t.cpu, t.features, self.opt)
+            self.build = build.ParallelBuild(t.triple, t.cpu, t.features, self.opt,
+                                             self.fast_isel)
         self.build.submit(module.detach(self.batch))
         self.submitted += self.instructions
         self.batch, self.instructions = [], 0
