@@ -42,7 +42,8 @@ from typing import Any
 
 import numpy as np
 
-from ..backends.cpu import CompiledKernel, RowsLayout, Target, compile_kernels
+from ..backends.cpu import (CompiledKernel, RowsLayout, Target, compile_kernels,
+                            start_workers)
 from ..errors import BackendError, InputError, ModelFormatError, SilvanForgeError
 from ..export import Exported, Kernels, write_library
 from ..hir import print_plan
@@ -162,6 +163,8 @@ class Predictor(ForestShape):
                           stacklevel=3)
             plan, object_code, leaf_code = replace(plan, cpu="native"), (), ()
         self.plan = plan
+        if len(object_code) < len(plan.schedules):  # a build: its workers start meanwhile
+            start_workers()
         self.representation = build_representation(plan)
         self._model_arrays = model_arrays(forest, self.representation)
         addresses = [a.ctypes.data for a in self._model_arrays]

@@ -6,9 +6,10 @@ on OpenMP.
 >>> compile_kernel(ir.Kernel("noop", [], [])).function()
 """
 
+from .build import start_workers
 from .entry import RowsLayout
 from .jit import CompiledKernel, Target, compile_kernel, compile_kernels, render_kernel
 from .llvm import render_module
 
 __all__ = ["compile_kernel", "compile_kernels", "CompiledKernel", "RowsLayout", "Target",
-           "render_kernel", "render_module"]
+           "render_kernel", "render_module", "start_workers"]

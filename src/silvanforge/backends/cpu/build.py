@@ -61,13 +61,7 @@ def build(text: str, triple: str, cpu: str, features: str, opt: int, pic: bool =
     """
     target = (triple, cpu, features, opt, pic, keep_ir, fast_isel)
     with _HOME_LOCK:
-        home = _HOME[0] if _HOME else None
-        if home is None or not home.alive():
-            try:
-                home = _Worker()
-            except OSError:  # no way to start a process here
-                home = None
-            _HOME[:] = [home] if home is not None else []
+        home = _home()
         if home is not None:
             try:
                 answer = home.exchange(target, text)
@@ -78,6 +72,29 @@ def build(text: str, triple: str, cpu: str, features: str, opt: int, pic: bool =
                     raise answer
                 return answer
     return build_object(text, *target)
+
+
+def start_workers() -> None:
+    """Start the workers a build will use (this process's home worker and one per core
+    beyond this process's), if not running: a compile calls it before its lowering, so
+    that their start (~0.1-0.2 s each: an interpreter and llvmlite) overlaps that work
+    instead of delaying the first module."""
+    _pool(cores() - 1)
+    with _HOME_LOCK:
+        _home()
+
+
+def _home() -> _Worker | None:
+    """The live home worker, started if need be; None where no process can be started.
+    Called under ``_HOME_LOCK``."""
+    home = _HOME[0] if _HOME else None
+    if home is None or not home.alive():
+        try:
+            home = _Worker()
+        except OSError:  # no way to start a process here
+            home = None
+        _HOME[:] = [home] if home is not None else []
+    return home
 
 
 def build_object(text: str, triple: str, cpu: str, features: str, opt: int,
