@@ -6,6 +6,7 @@ parallel body receives through its struct (:mod:`.outline` computes them).
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -46,10 +47,18 @@ def walk_stmts(stmts: list[ir.Stmt]) -> Iterator[ir.Stmt]:
     ...                                               [ir.Assign(i, i)])])]
     ['For', 'Assign']
     """
-    for s in stmts:
-        yield s
-        for block in blocks(s):
-            yield from walk_stmts(block)
+    # One stack of iterators, not a generator per level: nested generators pass every
+    # statement up through each enclosing one, and trees as code nest 30 levels deep.
+    stack = [iter(stmts)]
+    while stack:
+        for s in stack[-1]:
+            yield s
+            nested = list(blocks(s))
+            if nested:
+                stack.append(itertools.chain.from_iterable(nested))
+                break
+        else:
+            stack.pop()
 
 
 @dataclass(frozen=True)
