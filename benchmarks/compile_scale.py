@@ -1,7 +1,7 @@
 """Load and compile time and memory against model size (issue 27's "compile at scale").
 
     python benchmarks/compile_scale.py [--trees 100 300 1000 3000 10000] [--out DIR]
-                                       [--lightgbm-code]
+                                       [--lightgbm-code] [--lightgbm-leaves 31 63 ...]
 
 XGBoost JSON models of depth 8 and 100 .. 10,000 trees: 100 trees are trained on
 synthetic data, larger models repeat them (the same per-tree work as trained trees; a
@@ -10,7 +10,8 @@ compiled (SilvanForge's default plan) in a fresh process, which reports wall and
 seconds for ``load`` and ``compile`` and its peak RSS; XGBoost loads the same file in
 another fresh process (``xgboost.Booster(model_file=...)``), as the yardstick. With
 ``--lightgbm-code``, also a LightGBM model of 500 trees x 255 leaves compiled with the
-default plan and with ``representation="code"``. Writes compile_scale.json,
+default plan and with ``representation="code"``; with ``--lightgbm-leaves``, 100-tree
+LightGBM models of those leaf counts, both ways (issue 27's second for 100 trees). Writes compile_scale.json,
 compile_scale.md and, with matplotlib, compile_scale.png to --out.
 """
 
@@ -93,16 +94,17 @@ def xgboost_model(n_trees: int, folder: str) -> str:
     return path
 
 
-def lightgbm_model(folder: str) -> str:
-    """500 trees of 255 leaves (the issue's code-layout compile case)."""
+def lightgbm_model(folder: str, trees: int = 500, leaves: int = 255) -> str:
+    """``trees`` trees of ``leaves`` leaves (500 x 255: the issue's code-layout compile
+    case)."""
     import lightgbm as lgb
 
     rng = np.random.default_rng(0)
     X = rng.normal(size=(50000, 20))
     y = X[:, 0] * X[:, 1] + np.sin(X[:, 2]) + rng.normal(scale=0.1, size=len(X))
-    path = os.path.join(folder, "lightgbm-500x255.txt")
-    lgb.train({"num_leaves": 255, "min_data_in_leaf": 5, "verbose": -1, "num_threads": 2},
-              lgb.Dataset(X, y), 500).save_model(path)
+    path = os.path.join(folder, f"lightgbm-{trees}x{leaves}.txt")
+    lgb.train({"num_leaves": leaves, "min_data_in_leaf": 5, "verbose": -1,
+               "num_threads": 2}, lgb.Dataset(X, y), trees).save_model(path)
     return path
 
 
@@ -151,11 +153,12 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trees", type=int, nargs="+", default=[100, 300, 1000, 3000, 10000])
     parser.add_argument("--lightgbm-code", action="store_true")
+    parser.add_argument("--lightgbm-leaves", type=int, nargs="*", default=[])
     parser.add_argument("--out", default=os.path.join(HERE, "results"))
     args = parser.parse_args(argv)
     # The models (~280 MB for the default sizes) are removed when the run ends.
     with tempfile.TemporaryDirectory(prefix="sf-compile-scale-") as folder:
-        rows = measure(args.trees, args.lightgbm_code, folder)
+        rows = measure(args.trees, args.lightgbm_code, args.lightgbm_leaves, folder)
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "compile_scale.json"), "w") as fh:
         json.dump({"cpu": platform.processor() or platform.machine(),
@@ -169,7 +172,8 @@ def main(argv=None) -> int:
     return 0
 
 
-def measure(trees: list[int], lightgbm_code: bool, folder: str) -> list[dict]:
+def measure(trees: list[int], lightgbm_code: bool, leaves: list[int],
+            folder: str) -> list[dict]:
     """A row of measurements for each model, the models written to ``folder``."""
     rows = []
     for n in trees:
@@ -179,10 +183,11 @@ def measure(trees: list[int], lightgbm_code: bool, folder: str) -> list[dict]:
                "xgboost": _run(_XGBOOST, path)}
         rows.append(row)
         print(markdown([row]).splitlines()[-1], flush=True)
-    if lightgbm_code:
-        path = lightgbm_model(folder)
+    shapes = [(100, n) for n in leaves] + ([(500, 255)] if lightgbm_code else [])
+    for n, width in shapes:
+        path = lightgbm_model(folder, n, width)
         for options in ({}, {"representation": "code"}):
-            row = {"model": "lightgbm 500 x 255 leaves", "trees": 500,
+            row = {"model": f"lightgbm {n} x {width} leaves", "trees": n,
                    "file_mb": os.path.getsize(path) / 2**20,
                    **_run(_SILVANFORGE, path, json.dumps(options))}
             rows.append(row)
