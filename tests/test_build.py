@@ -270,3 +270,33 @@ def test_no_thread_outlives_a_load_and_compile(tmp_path):
                           text=True, timeout=240, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "['MainThread']"
+
+
+def test_workers_start_before_the_lowering_and_not_for_saved_code(tmp_path):
+    """A compile starts its build workers first, so that their start overlaps its
+    lowering; reloading saved code builds nothing and starts none (a fresh process)."""
+    import os
+    import subprocess
+    import sys
+    script = ("import numpy as np, silvanforge\n"
+              "from silvanforge.backends.cpu import build\n"
+              "from silvanforge.runtime import predictor as P\n"
+              "from test_mir import random_forest\n"
+              "build.cores = lambda: 2\n"
+              "saved = silvanforge.compile(random_forest(0, 20, depth=5)).to_bytes()\n"
+              "build._close_workers(); build._WORKERS.clear(); build._HOME.clear()\n"
+              "P.Predictor.from_bytes(saved)\n"
+              "assert not build._WORKERS and not build._HOME, 'a reload started workers'\n"
+              "lower, seen = P.mir_lower, []\n"
+              "def spy(*args):\n"
+              "    seen.append(sum(w.alive() for w in build._WORKERS + build._HOME))\n"
+              "    return lower(*args)\n"
+              "P.mir_lower = spy\n"
+              "silvanforge.compile(random_forest(1, 20, depth=5))\n"
+              "print(seen[0])\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.dirname(__file__),
+                                                         os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                          text=True, timeout=240, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "2"  # the home worker and one per extra core
