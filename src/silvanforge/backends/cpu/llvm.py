@@ -24,7 +24,7 @@ from ...errors import BackendError
 from ...lir import ir
 from . import llvmtext as ll
 from . import outline
-from .freevars import FreeValues, walk_stmts
+from .freevars import FreeValues
 
 _LL_TYPES = {ir.BOOL: ll.IntType(1), ir.I8: ll.IntType(8), ir.I32: ll.IntType(32),
              ir.I64: ll.IntType(64), ir.F32: ll.FloatType(), ir.F64: ll.DoubleType()}
@@ -120,8 +120,8 @@ def render_module(kernel: ir.Kernel, *, openmp: bool = True,
     types = [llvm_type(p.dtype).as_pointer() if isinstance(p, ir.Buffer)
              else llvm_type(p.dtype) for p in kernel.params]
     fn = ll.Function(module, ll.FunctionType(_VOID, types), kernel.name)
-    render = _Render(module, openmp, _assigned(kernel.body), outline.Sizer(), outlined,
-                     avx512)
+    size = outline.Sizer()
+    render = _Render(module, openmp, _assigned(kernel.body, size), size, outlined, avx512)
     body = _FunctionBuilder(render, fn)
     for p, arg in zip(kernel.params, fn.args):
         arg.name = p.name
@@ -500,10 +500,9 @@ class _FunctionBuilder:
         self.b.atomic_rmw(op, self.address(s.buffer, s.index), self.expr(s.value),
                           "monotonic")
 
-    def _s__ClaimChunk(self, s: "_ClaimChunk") -> None:
+    def _e__Claim(self, e: "_Claim") -> ll.Value:
         counter = self.address(_COUNTER, ir.i64(0))
-        old = self.b.atomic_rmw("add", counter, self.expr(s.grain), "monotonic")
-        self.b.store(old, self.lookup("var", s.var.name))
+        return self.b.atomic_rmw("add", counter, self.expr(e.grain), "monotonic")
 
     def _s_Prefetch(self, s: ir.Prefetch) -> None:
         # llvm.prefetch(address, rw=read, locality=keep in all cache levels, data cache)
@@ -671,8 +670,8 @@ def _emit_chunk(render: _Render, fn: ll.Function, loop: ir.For, free: FreeValues
     t = loop.var.dtype
     start, stop, step, nt = (ir.Var(f"omp.{n}", t) for n in ("start", "stop", "step", "nt"))
     chunks = _chunk_loop(loop, start, stop, step, nt)
-    body = _FunctionBuilder(replace(render, assigned=render.assigned | _assigned(chunks)),
-                            fn)
+    body = _FunctionBuilder(replace(render, assigned=render.assigned |
+                                    _assigned(chunks, render.size)), fn)
     data = body.b.convert("bitcast", fn.args[0], data_type.as_pointer())
     fields = [body.b.load(body.b.gep(data, [ll.Constant(_I32, 0), ll.Constant(_I32, k)]))
               for k in range(len(data_type.elements))]
@@ -697,18 +696,19 @@ def _emit_chunk(render: _Render, fn: ll.Function, loop: ir.For, free: FreeValues
     body.finish()
 
 
-def _assigned(stmts: list[ir.Stmt]) -> frozenset[str]:
-    """Names of the variables ``stmts`` assign after declaring them."""
-    return frozenset(s.var.name for s in walk_stmts(stmts)
-                     if isinstance(s, (ir.Assign, _ClaimChunk)))
+def _assigned(stmts: list[ir.Stmt], size: outline.Sizer) -> frozenset[str]:
+    """Names of the variables ``stmts`` assign after declaring them (from the sizer's
+    memoised walk, which the outlining needs anyway)."""
+    return frozenset().union(*(size(s).assigned for s in stmts))
 
 
-@dataclass
-class _ClaimChunk(ir.Stmt):
-    """Backend-internal: ``var = counter[0]; counter[0] += grain``, atomically."""
+@dataclass(frozen=True)
+class _Claim(ir.Expr):
+    """Backend-internal: ``counter[0]``, which is then raised by ``grain``, atomically
+    (assigned to the claiming thread's chunk start)."""
 
-    var: ir.Var
     grain: ir.Expr
+    dtype: ir.DType = ir.I64
 
 
 _COUNTER = ir.Buffer("omp.counter", ir.I64)
@@ -736,7 +736,7 @@ def _chunk_loop(loop: ir.For, start: ir.Var, stop: ir.Var, step: ir.Var,
         ir.Declare(grain, op("max", one, op("div", n, op("mul", nt, ir.Const(8, t))))),
         ir.Declare(lo, zero),
         ir.Declare(more, ir.Const(True, ir.BOOL)),
-        ir.While(more, [_ClaimChunk(lo, grain),
+        ir.While(more, [ir.Assign(lo, _Claim(grain)),
                         ir.If(ir.Cmp("lt", lo, n), [chunk],
                               [ir.Assign(more, ir.Const(False, ir.BOOL))])]),
     ]
