@@ -364,10 +364,14 @@ def go_left(spec: DecisionSpec, loads: NodeLoads, feature_value: FeatureLoader) 
     # Only MISSING_NONE compares a NaN (as 0); under the other rules a NaN is missing and
     # its value is never looked at, so one replacement serves every rule.
     xv = ir.Select(nan, ir.Const(0.0, F), x) if MISSING_NONE in spec.missing else x
-    zero_test = _or(nan, ir.Cmp("le", ir.Math("fabs", x), ir.Const(ZERO_THRESHOLD, F)))
-    missing_by_rule = {MISSING_NAN: nan, MISSING_ZERO: zero_test,
-                       MISSING_NONE: ir.Const(False, ir.BOOL)}
-    missing = _dispatch(rule, {r: missing_by_rule[r] for r in spec.missing})
+
+    def missing_by(r: int) -> ir.Expr:  # built for the spec's rules only (one, as code)
+        if r == MISSING_NAN:
+            return nan
+        if r == MISSING_ZERO:
+            return _or(nan, ir.Cmp("le", ir.Math("fabs", x), ir.Const(ZERO_THRESHOLD, F)))
+        return ir.Const(False, ir.BOOL)
+    missing = _dispatch(rule, {r: missing_by(r) for r in spec.missing})
 
     holds_by_op: dict[int, ir.Expr] = {
         o: ir.Cmp(_COMPARE[o], xv, loads.threshold) for o in spec.ops if o != OP_CAT}

@@ -501,7 +501,7 @@ class _FunctionBuilder:
                           "monotonic")
 
     def _e__Claim(self, e: "_Claim") -> ll.Value:
-        counter = self.address(_COUNTER, ir.i64(0))
+        counter = self.address(e.counter, ir.i64(0))
         return self.b.atomic_rmw("add", counter, self.expr(e.grain), "monotonic")
 
     def _s_Prefetch(self, s: ir.Prefetch) -> None:
@@ -702,16 +702,17 @@ def _assigned(stmts: list[ir.Stmt], size: outline.Sizer) -> frozenset[str]:
     return frozenset().union(*(size(s).assigned for s in stmts))
 
 
+_COUNTER = ir.Buffer("omp.counter", ir.I64)
+
+
 @dataclass(frozen=True)
 class _Claim(ir.Expr):
     """Backend-internal: ``counter[0]``, which is then raised by ``grain``, atomically
     (assigned to the claiming thread's chunk start)."""
 
     grain: ir.Expr
+    counter: ir.Buffer = _COUNTER  # a field, so that an outlined claim receives it
     dtype: ir.DType = ir.I64
-
-
-_COUNTER = ir.Buffer("omp.counter", ir.I64)
 
 
 def _chunk_loop(loop: ir.For, start: ir.Var, stop: ir.Var, step: ir.Var,

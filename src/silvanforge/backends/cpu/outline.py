@@ -111,12 +111,14 @@ class Sizer:
             if kind in (ir.Load, ir.VectorLoad, ir.Lookup):
                 self._name(node.buffer, names)
             children = EXPR_CHILDREN.get(kind)
-            if children is None:  # a backend's own node
+            if children is None:  # a backend's own node: any field may hold one
                 children = _fields(node)
             for name in children:
                 value = getattr(node, name)
                 if isinstance(value, ir.Expr):
                     stack.append(value)
+                elif isinstance(value, ir.Buffer):
+                    self._name(value, names)
         return count
 
     def _name(self, obj: ir.Var | ir.Buffer, names: set[str]) -> None:
