@@ -144,8 +144,9 @@ class _FunctionBuilder:
         entry = fn.append_basic_block("entry")
         self.allocas = ll.IRBuilder(entry)  # slots go here so mem2reg can promote them
         self.start = fn.append_basic_block("start")
-        # Names (keys: (kind, name)) and known pure instructions (keys: their text).
-        self.scopes: list[dict] = [{}]
+        # Names (keys: ("var" or "buffer", name)) and known pure instructions (keys:
+        # their text); a variable's entry is (value, whether it is the value's slot).
+        self.scopes = ll.Scopes()
         self.b = ll.IRBuilder(self.start, known=self.scopes)
 
     def finish(self) -> None:
@@ -156,24 +157,23 @@ class _FunctionBuilder:
 
     def declare(self, var: ir.Var, value: ll.Value, mutable: bool = False) -> None:
         if not mutable and var.name not in self.assigned:
-            self.scopes[-1][("value", var.name)] = value
+            self.scopes.set(("var", var.name), (value, False))
             return
         # A vector's slot holds the vector (a LIR dtype is the element type).
         slot = self.allocas.alloca(value.type, name=var.name)
         self.b.store(value, slot)
-        self.scopes[-1][("var", var.name)] = slot
+        self.scopes.set(("var", var.name), (slot, True))
 
     def value(self, var: ir.Var) -> ll.Value:
         """The current value of ``var``."""
-        for scope in reversed(self.scopes):
-            if ("value", var.name) in scope:
-                return scope[("value", var.name)]
-            if ("var", var.name) in scope:
-                return self.b.load(scope[("var", var.name)])
-        raise BackendError(f"kernel {self.fn.name}: undefined var {var.name!r}")
+        entry = self.scopes.get(("var", var.name))
+        if entry is None:
+            raise BackendError(f"kernel {self.fn.name}: undefined var {var.name!r}")
+        value, in_slot = entry
+        return self.b.load(value) if in_slot else value
 
     def bind_buffer(self, buf: ir.Buffer, pointer: ll.Value) -> None:
-        self.scopes[-1][("buffer", buf.name)] = pointer
+        self.scopes.set(("buffer", buf.name), pointer)
 
     def bind_argument(self, buf: ir.Buffer, arg: ll.Argument) -> None:
         """Bind a function argument to ``buf``. Nothing writes a read-only buffer while
@@ -185,16 +185,19 @@ class _FunctionBuilder:
             arg.add_attribute("noalias")
 
     def lookup(self, kind: str, name: str) -> ll.Value:
-        for scope in reversed(self.scopes):
-            if (kind, name) in scope:
-                return scope[(kind, name)]
-        raise BackendError(f"kernel {self.fn.name}: undefined {kind} {name!r}")
+        """A buffer's pointer, or a mutable variable's slot."""
+        entry = self.scopes.get((kind, name))
+        if kind == "var":
+            entry = entry[0] if entry is not None and entry[1] else None
+        if entry is None:
+            raise BackendError(f"kernel {self.fn.name}: undefined {kind} {name!r}")
+        return entry
 
     def block(self, stmts: list[ir.Stmt], then: ll.Block | None = None) -> None:
         """Render ``stmts``; ``then`` is where control goes after them, if known: an
         ``If`` ending the block branches there directly (nested ifs of trees as code
         would otherwise end in chains of blocks that only branch)."""
-        self.scopes.append({})
+        self.scopes.push()
         last = stmts[-1] if stmts and then is not None and type(stmts[-1]) is ir.If else None
         for piece in outline.pieces(stmts, self.size):
             if piece.free is not None:
@@ -575,7 +578,7 @@ class _FunctionBuilder:
             if free is None:
                 self.block(case, end)
             else:
-                self.scopes.append({})  # what its arguments compute stays in the case
+                self.scopes.push()  # what its arguments compute stays in the case
                 self._outlined(case, free)
                 self.scopes.pop()
             if not self.b.block.terminated:
@@ -592,7 +595,7 @@ class _FunctionBuilder:
     def loop(self, var: ir.Var, start: ll.Value, stop: ll.Value, step: ll.Value,
              body: Callable[[], None]) -> None:
         """``for (var = start; var < stop; var += step) body()``; bounds evaluated once."""
-        self.scopes.append({})
+        self.scopes.push()
         self.declare(var, start, mutable=True)
         slot = self.lookup("var", var.name)
         cond = self.fn.append_basic_block("for.cond")

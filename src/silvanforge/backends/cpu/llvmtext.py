@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import struct
 from contextlib import contextmanager
-from typing import Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 
 # ---- types ----------------------------------------------------------------------------
@@ -308,18 +308,58 @@ _FCMP_UNORDERED = {"<": "ult", "<=": "ule", ">": "ugt", ">=": "uge", "==": "ueq"
                    "!=": "une", "uno": "uno"}
 
 
+_UNSET = object()
+
+
+class Scopes:
+    """Nested scopes over one dict: a key set in a scope is seen from the scopes inside
+    it until its scope ends, which drops it (or gives back the value an outer scope set).
+    A lookup is one dict access however deep the nesting (trees as code nest ~30 blocks,
+    and a stack of dicts was searched scope by scope).
+
+    >>> s = Scopes(); s.set("x", 1); s.push(); s.set("x", 2); s.set("y", 3)
+    >>> s.get("x"), s.get("y")
+    (2, 3)
+    >>> s.pop(); s.get("x"), s.get("y")
+    (1, None)
+    """
+
+    __slots__ = ("_map", "_undo")
+
+    def __init__(self) -> None:
+        self._map: dict = {}
+        self._undo: list[list[tuple]] = [[]]
+
+    def get(self, key: object) -> Any:
+        return self._map.get(key)
+
+    def set(self, key: object, value: object) -> None:
+        self._undo[-1].append((key, self._map.get(key, _UNSET)))
+        self._map[key] = value
+
+    def push(self) -> None:
+        self._undo.append([])
+
+    def pop(self) -> None:
+        for key, old in reversed(self._undo.pop()):
+            if old is _UNSET:
+                del self._map[key]
+            else:
+                self._map[key] = old
+
+
 class IRBuilder:
     """Appends instructions at the end of one block at a time.
 
-    ``known``, when set, is a stack of scopes (dicts) mapping the text of pure
-    instructions to their values, innermost last: an instruction whose text a scope
-    already holds is not emitted again (the renderer keeps one scope per block of
-    structured code, so a known value dominates where it is reused). Trees as code
-    read the same row value and compute the same address at many nodes of a path:
-    LLVM would merge them, after parsing and optimising each copy.
+    ``known``, when set, maps the text of pure instructions to their values, in
+    :class:`Scopes`: an instruction whose text is known is not emitted again (the
+    renderer opens a scope per block of structured code, so a known value dominates
+    where it is reused). Trees as code read the same row value and compute the same
+    address at many nodes of a path: LLVM would merge them, after parsing and
+    optimising each copy.
     """
 
-    def __init__(self, block: Block, known: list[dict] | None = None) -> None:
+    def __init__(self, block: Block, known: Scopes | None = None) -> None:
         self.known = known
         self.position_at_end(block)
 
@@ -336,11 +376,10 @@ class IRBuilder:
         known = self.known
         if known is None:
             return self._value(type_, text)
-        for scope in reversed(known):
-            value = scope.get(text)
-            if value is not None:
-                return value
-        value = known[-1][text] = self._value(type_, text)
+        value = known.get(text)
+        if value is None:
+            value = self._value(type_, text)
+            known.set(text, value)
         return value
 
     def _terminate(self, text: str) -> None:
@@ -499,7 +538,7 @@ class IRBuilder:
     def _arm(self, block: Block, end: Block) -> Iterator[None]:
         self.position_at_end(block)
         if self.known is not None:
-            self.known.append({})  # what an arm computes does not dominate the other
+            self.known.push()  # what an arm computes does not dominate the other
         yield
         if self.known is not None:
             self.known.pop()
