@@ -16,6 +16,7 @@ bigger than the budget too: its inner blocks are cut in their turn when rendered
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import NamedTuple
 
 from ...lir import ir
 from .freevars import EXPR_CHILDREN, STMT_EXPRS, FreeValues, blocks
@@ -40,8 +41,10 @@ class Piece:
     free: FreeValues | None = None
 
 
-@dataclass(frozen=True)
-class _Info:
+class _Info(NamedTuple):
+    """What the sizer knows of one statement (a tuple: one is made a statement, and a
+    frozen dataclass took several times as long to build)."""
+
     stmt: ir.Stmt  # kept so that its id stays its own while memoised
     size: int
     names: frozenset[str]  # variables, and buffers as "buffer NAME", used
