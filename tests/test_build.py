@@ -9,6 +9,9 @@ work to this process; invalid IR is an error wherever it is built.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -203,7 +206,6 @@ def test_a_build_with_no_worker_finishes():
     """A process whose CPUs shrank to one after the check for a second one (libgomp pins
     its loading thread under OMP_PROC_BIND=true) gets a build with no worker; finish
     built the modules here and then waited for an end mark no worker would leave."""
-    import os
     cpus = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {min(cpus)})
     try:
@@ -222,12 +224,18 @@ def test_a_build_with_no_worker_finishes():
     assert [obj for obj, _ in built] == [build.build_object(t, *ARGS)[0] for t in texts]
 
 
+def _fresh_python(script: str, folder, **env: str) -> subprocess.CompletedProcess:
+    """``script`` run by a fresh interpreter in ``folder``, this folder importable, with
+    ``env`` added to the environment; a timeout turns a hang into a failure."""
+    path = os.pathsep.join([os.path.dirname(__file__), os.environ.get("PYTHONPATH", "")])
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": path, **env}, timeout=240,
+                          cwd=folder)
+
+
 def test_compile_and_predict_under_omp_proc_bind(tmp_path):
     """The whole path in a fresh process with OMP_PROC_BIND=true: before the fix it hung
-    in compile; a timeout turns a hang into a failure."""
-    import os
-    import subprocess
-    import sys
+    in compile."""
     script = ("import numpy as np, silvanforge\n"
               "from silvanforge import reference\n"
               "from test_mir import random_forest\n"
@@ -237,11 +245,7 @@ def test_compile_and_predict_under_omp_proc_bind(tmp_path):
               "np.testing.assert_allclose(p.predict(X, n_jobs=2), reference.predict(f, X),"
               " rtol=1e-12, atol=1e-12)\n"
               "print('ok')\n")
-    env = {**os.environ, "OMP_PROC_BIND": "true",
-           "PYTHONPATH": os.pathsep.join([os.path.dirname(__file__),
-                                          os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
-                          text=True, timeout=240, cwd=tmp_path)
+    done = _fresh_python(script, tmp_path, OMP_PROC_BIND="true")
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
 
 
@@ -249,9 +253,6 @@ def test_no_thread_outlives_a_load_and_compile(tmp_path):
     """Loading a JSON model and compiling a kernel in several modules, off a terminal,
     leave only the main thread: a disabled tqdm bar used to start tqdm's monitor thread
     for the life of the process."""
-    import os
-    import subprocess
-    import sys
     script = ("import json, threading, numpy as np, xgboost as xgb, silvanforge\n"
               "from silvanforge.backends.cpu import build, jit, outline\n"
               "from test_code_representation import _big_forest\n"
@@ -264,10 +265,7 @@ def test_no_thread_outlives_a_load_and_compile(tmp_path):
               "p = silvanforge.compile(_big_forest(n_trees=12, seed=5), representation='code')\n"
               "assert len(p.kernel.object_code) > 1\n"
               "print([t.name for t in threading.enumerate()])\n")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.dirname(__file__),
-                                                         os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
-                          text=True, timeout=240, cwd=tmp_path)
+    done = _fresh_python(script, tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "['MainThread']"
 
@@ -275,9 +273,6 @@ def test_no_thread_outlives_a_load_and_compile(tmp_path):
 def test_workers_start_before_the_lowering_and_not_for_saved_code(tmp_path):
     """A compile starts its build workers first, so that their start overlaps its
     lowering; reloading saved code builds nothing and starts none (a fresh process)."""
-    import os
-    import subprocess
-    import sys
     script = ("import numpy as np, silvanforge\n"
               "from silvanforge.backends.cpu import build\n"
               "from silvanforge.runtime import predictor as P\n"
@@ -294,9 +289,6 @@ def test_workers_start_before_the_lowering_and_not_for_saved_code(tmp_path):
               "P.mir_lower = spy\n"
               "silvanforge.compile(random_forest(1, 20, depth=5))\n"
               "print(seen[0])\n")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.dirname(__file__),
-                                                         os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
-                          text=True, timeout=240, cwd=tmp_path)
+    done = _fresh_python(script, tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "2"  # the home worker and one per extra core
