@@ -163,15 +163,15 @@ class CodeRepresentation(SparseRepresentation):
             return operands[feature, zeroed]
 
         base = int(self.forest.tree_offsets[t])
-        values: dict[int, ir.Expr] = {}  # feature → its row value: one expression a tree
+        values: dict[ir.Expr, ir.Expr] = {}  # index → its row value: one expression a tree
 
-        def value_of(feature: int) -> FeatureLoader:
-            x = values.get(feature)
+        def shared(index: ir.Expr) -> ir.Expr:
+            x = values.get(index)
             if x is None:
-                x = values[feature] = feature_value(ir.Cast(ir.i64(feature), ir.I64))
-            return lambda index: x  # decision.go_left asks for this node's feature only
+                x = values[index] = feature_value(index)
+            return x
 
-        body = self._subtree(base, base, node, value_of, operand)
+        body = self._subtree(base, base, node, shared, operand)
         return self.row_preamble(operands, feature_value) + body if own else body
 
     def row_preamble(self, row: dict, feature_value: FeatureLoader) -> list[ir.Stmt]:
@@ -194,17 +194,16 @@ class CodeRepresentation(SparseRepresentation):
             return ir.Bitcast(node, ir.F64)
         return self.leaf_value(tree, node, k, feature_value)
 
-    def _subtree(self, base: int, n: int, node: ir.Var,
-                 value_of: Callable[[int], FeatureLoader],
+    def _subtree(self, base: int, n: int, node: ir.Var, feature_value: FeatureLoader,
                  operand: _Operands) -> list[ir.Stmt]:
         """The code of the subtree at global node ``n`` of the tree starting at ``base``."""
         nodes = self._nodes
         if nodes["left"][n] < 0:
             leaf = nodes["value_bits" if self._values_in_code else "handle"][n]
             return [ir.Assign(node, ir.i64(leaf))]
-        left = self._subtree(base, base + nodes["left"][n], node, value_of, operand)
-        right = self._subtree(base, base + nodes["right"][n], node, value_of, operand)
-        cond = self._go_left(n, value_of(nodes["feature"][n]), operand)
+        left = self._subtree(base, base + nodes["left"][n], node, feature_value, operand)
+        right = self._subtree(base, base + nodes["right"][n], node, feature_value, operand)
+        cond = self._go_left(n, feature_value, operand)
         if isinstance(cond, ir.Not):  # a branch needs no negation: swap its arms
             cond, left, right = cond.a, right, left
         return [ir.If(cond, left, right)]
