@@ -184,14 +184,19 @@ class _FunctionBuilder:
         if buf.readonly:
             arg.add_attribute("noalias")
 
-    def lookup(self, kind: str, name: str) -> ll.Value:
-        """A buffer's pointer, or a mutable variable's slot."""
-        entry = self.scopes.get((kind, name))
-        if kind == "var":
-            entry = entry[0] if entry is not None and entry[1] else None
-        if entry is None:
-            raise BackendError(f"kernel {self.fn.name}: undefined {kind} {name!r}")
-        return entry
+    def buffer(self, name: str) -> ll.Value:
+        """The pointer bound to buffer ``name``."""
+        pointer = self.scopes.get(("buffer", name))
+        if pointer is None:
+            raise BackendError(f"kernel {self.fn.name}: undefined buffer {name!r}")
+        return pointer
+
+    def slot(self, name: str) -> ll.Value:
+        """The slot of mutable variable ``name``."""
+        entry = self.scopes.get(("var", name))
+        if entry is None or not entry[1]:
+            raise BackendError(f"kernel {self.fn.name}: undefined var {name!r}")
+        return entry[0]
 
     def block(self, stmts: list[ir.Stmt], then: ll.Block | None = None) -> None:
         """Render ``stmts``; ``then`` is where control goes after them, if known: an
@@ -213,7 +218,7 @@ class _FunctionBuilder:
     def _outlined(self, stmts: list[ir.Stmt], free: FreeValues) -> None:
         """Render ``stmts`` as an internal function of their ``free`` values; call it."""
         args = [self.value(v) for v in free.vars]
-        args += [self.lookup("buffer", buf.name) for buf in free.buffers]
+        args += [self.buffer(buf.name) for buf in free.buffers]
         fn = ll.Function(self.module, ll.FunctionType(_VOID, [a.type for a in args]),
                          self.module.get_unique_name(f"{self.fn.name}.part"))
         fn.linkage = "internal"
@@ -483,7 +488,7 @@ class _FunctionBuilder:
         wide = _like(i.type, _I64)
         if i.type != wide:
             i = self.b.convert("sext", i, wide)
-        return self.b.gep(self.lookup("buffer", buf.name), [i])
+        return self.b.gep(self.buffer(buf.name), [i])
 
     # ---- statements -------------------------------------------------------------------
 
@@ -491,7 +496,7 @@ class _FunctionBuilder:
         self.declare(s.var, self.expr(s.init))
 
     def _s_Assign(self, s: ir.Assign) -> None:
-        self.b.store(self.expr(s.value), self.lookup("var", s.var.name))
+        self.b.store(self.expr(s.value), self.slot(s.var.name))
 
     def _s_Store(self, s: ir.Store) -> None:
         value = self.expr(s.value)
@@ -597,7 +602,7 @@ class _FunctionBuilder:
         """``for (var = start; var < stop; var += step) body()``; bounds evaluated once."""
         self.scopes.push()
         self.declare(var, start, mutable=True)
-        slot = self.lookup("var", var.name)
+        slot = self.slot(var.name)
         cond = self.fn.append_basic_block("for.cond")
         block = self.fn.append_basic_block("for.body")
         done = self.fn.append_basic_block("for.end")
@@ -622,7 +627,7 @@ class _FunctionBuilder:
                 "shared mutable scalars would race (declare them inside the loop)")
         bounds = [self.expr(s.start), self.expr(s.stop), self.expr(s.step)]
         values = bounds + [self.value(v) for v in free.vars]
-        values += [self.lookup("buffer", buf.name) for buf in free.buffers]
+        values += [self.buffer(buf.name) for buf in free.buffers]
         counter = self.allocas.alloca(_I64, name="omp.counter")
         self.b.store(ll.Constant(_I64, 0), counter)  # reset on every run of the loop
         values.append(counter)
