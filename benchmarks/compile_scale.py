@@ -11,8 +11,9 @@ seconds for ``load`` and ``compile`` and its peak RSS; XGBoost loads the same fi
 another fresh process (``xgboost.Booster(model_file=...)``), as the yardstick. With
 ``--lightgbm-code``, also a LightGBM model of 500 trees x 255 leaves compiled with the
 default plan and with ``representation="code"``; with ``--lightgbm-leaves``, 100-tree
-LightGBM models of those leaf counts, both ways (issue 27's second for 100 trees). Writes compile_scale.json,
-compile_scale.md and, with matplotlib, compile_scale.png to --out.
+LightGBM models of those leaf counts, both ways (issue 27's second for 100 trees).
+Writes compile_scale.json, compile_scale.md and, with matplotlib, compile_scale.png to
+--out.
 """
 
 from __future__ import annotations
