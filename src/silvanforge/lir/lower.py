@@ -84,8 +84,8 @@ class _Lowering:
     # Rows whose walks as code the block being lowered has begun (see code_walks).
     row_caches: dict = field(default_factory=dict)
     # The rows the enclosing batch loop copied transposed (cache_rows with lanes):
-    # (local array, first row).
-    transposed: tuple[ir.Buffer, ir.Expr] | None = None
+    # (local array, first row, columns a row).
+    transposed: tuple[ir.Buffer, ir.Expr, int] | None = None
     # The rows the enclosing batch loop prepared for the representation's walks (see
     # prepare_rows): (local array, first row, elements a row).
     prepared: tuple[ir.Buffer, ir.Expr, int] | None = None
@@ -240,29 +240,40 @@ class _Lowering:
     def transpose_rows(self, op: "mir.CacheRows") -> list[ir.Stmt]:
         """Copy the block's rows into a local array, feature-major within each group of
         ``lanes`` rows: a level whose lanes share a feature reads its values as one
-        vector. A row past the last is copied from the last (the walks stay in bounds;
-        their reduces add nothing)."""
-        lanes, n = op.lanes, self.forest.n_features
+        vector. The copy holds the representation's columns where it prepares some
+        (:meth:`~.Representation.lane_columns`), else the row's features. A row past the
+        last is copied from the last (the walks stay in bounds; their reduces add
+        nothing)."""
+        lanes = op.lanes
+        n, dtype = self.rep.lane_columns() or (self.forest.n_features, self.rows.dtype)
         groups = -(-op.rows // lanes)
-        size = groups * lanes * n * (self.rows.dtype.bits // 8)
+        size = groups * lanes * n * (dtype.bits // 8)
         if size > MAX_ROW_COPY_BYTES:
             raise ScheduleError(
-                f"cache on a vectorized block copies {groups * lanes} rows of {n} features "
+                f"cache on a vectorized block copies {groups * lanes} rows of {n} columns "
                 f"({size} bytes) to each thread's stack, more than {MAX_ROW_COPY_BYTES}: "
                 "leave out the cache directive (the walks then read the rows in place)")
-        buf = ir.Buffer(self.fresh("rows_t"), self.rows.dtype, groups * lanes * n)
+        buf = ir.Buffer(self.fresh("rows_t"), dtype, groups * lanes * n)
         first = self.bound(op.lower)
-        r, f = ir.Var(self.fresh("r"), ir.I64), ir.Var(self.fresh("f"), ir.I64)
+        r = ir.Var(self.fresh("r"), ir.I64)
         row = ir.BinOp("min", ir.BinOp("add", first, r),
                        ir.BinOp("sub", self.n_rows, ir.i64(1)))
         group, lane = ir.BinOp("div", r, ir.i64(lanes)), ir.BinOp("rem", r, ir.i64(lanes))
-        at = ir.BinOp("add", ir.BinOp("mul", ir.BinOp("add", ir.BinOp(
-            "mul", group, ir.i64(n)), f), ir.i64(lanes)), lane)
-        copy = ir.Store(buf, at, ir.Load(self.rows, ir.BinOp(
-            "add", ir.BinOp("mul", row, ir.i64(n)), f)))
-        self.transposed = (buf, first)
-        return [ir.LocalArray(buf), ir.For(r, ir.i64(0), ir.i64(groups * lanes), ir.i64(1), [
-            ir.For(f, ir.i64(0), ir.i64(n), ir.i64(1), [copy])])]
+
+        def at(column: ir.Expr) -> ir.Expr:
+            return ir.BinOp("add", ir.BinOp("mul", ir.BinOp("add", ir.BinOp(
+                "mul", group, ir.i64(n)), column), ir.i64(lanes)), lane)
+        self.transposed = (buf, first, n)
+        if self.rep.lane_columns() is not None:
+            body = self.rep.lane_column_stores(
+                self.feature_loader(row), lambda c, v: ir.Store(buf, at(ir.i64(c)), v),
+                self.fresh("column"))
+        else:
+            f = ir.Var(self.fresh("f"), ir.I64)
+            body = [ir.For(f, ir.i64(0), ir.i64(n), ir.i64(1), [ir.Store(buf, at(f), ir.Load(
+                self.rows, ir.BinOp("add", ir.BinOp("mul", row, ir.i64(n)), f)))])]
+        return [ir.LocalArray(buf), ir.For(r, ir.i64(0), ir.i64(groups * lanes), ir.i64(1),
+                                           body)]
 
     def vector_walks(self, members: list[mir.WalkMember], lanes: int) -> list[ir.Stmt]:
         """Each run of ``lanes`` members (rows of one tree) walks as one vector walk of
@@ -276,30 +287,44 @@ class _Lowering:
         first half when more than a quarter have, and so on down to the first alone;
         groups without rows walk the last row (the fastest of the ways measured,
         docs/ARCHITECTURE.md "Vector walks across rows")."""
-        walk = getattr(self.rep, "vector_walk", None)
-        if walk is None or self.rep.spec.compare.bits != 32:
+        if not self.rep.vector_walks:
             raise ScheduleError(
-                f"vectorize needs the 'array' representation at precision 'float32'; this "
-                f"kernel walks {self.rep.name!r} at {self.rep.precision!r}")
+                f"vectorize needs a representation whose walks take rows as vector lanes "
+                f"('array', 'mask'); this kernel walks {self.rep.name!r}")
+        if self.rep.lane_columns() is not None and self.transposed is None:
+            raise ScheduleError(
+                f"vector walks of the {self.rep.name!r} representation read the block's "
+                "rows prepared: cache the vectorized loop's outer batch loop (cache(b0))")
         groups = []
         for g in range(0, len(members), lanes):
             group = members[g:g + lanes]
             tree, row = self.affine(group[0].tree), self.affine(group[0].row)
             groups.append((group, tree, self.vector_loader(row, lanes)))
 
-        def walked(group, tree, loader) -> tuple[list[ir.Stmt], list[ir.Stmt], list[ir.Expr]]:
-            """(the walk, one statement a level; the leaf values' statements; values)"""
-            steps, leaves = walk(tree, lanes, loader, self.fresh("position"))
-            tail: list[ir.Stmt] = []
-            return steps, tail, [self.local(tail, "leaf_values", self.rep.vector_leaf_value(
+        def leaf_values(tail: list[ir.Stmt], tree, leaves, loader) -> list[ir.Expr]:
+            return [self.local(tail, "leaf_values", self.rep.vector_leaf_value(
                 tree, leaves, k, loader)) for k in range(self.forest.leaf_width)]
 
         def in_turn(count: int) -> tuple[list[ir.Stmt], list[list[ir.Var]]]:
-            """The first ``count`` groups' walks, in turn; their leaf values."""
-            walks = [walked(*g) for g in groups[:count]]
+            """The first ``count`` groups' walks, in turn (one statement a level each),
+            or together where the representation walks groups as one; their leaf
+            values."""
+            tail: list[ir.Stmt] = []
+            together = getattr(self.rep, "vector_walk_groups", None)
+            if together is not None:
+                tree = groups[0][1]
+                if any(g[1] != tree for g in groups[:count]):
+                    raise ScheduleError(f"the {self.rep.name!r} representation walks a "
+                                        "vectorized block's rows through one tree at a time")
+                code, leaves = together(tree, lanes, [g[2] for g in groups[:count]],
+                                        self.fresh("position"))
+                vss = [leaf_values(tail, tree, ls, g[2]) for ls, g in zip(leaves, groups)]
+                return code + tail, vss
+            walks = [self.rep.vector_walk(tree, lanes, loader, self.fresh("position"))
+                     for _, tree, loader in groups[:count]]
+            vss = [leaf_values(tail, g[1], w[1], g[2]) for w, g in zip(walks, groups)]
             return ([s for steps in itertools.zip_longest(*(w[0] for w in walks))
-                     for s in steps if s is not None] + [s for w in walks for s in w[1]],
-                    [w[2] for w in walks])
+                     for s in steps if s is not None] + tail, vss)
 
         code, values = in_turn(len(groups))
         if groups[-1][0][0].valid is not None:
@@ -344,13 +369,15 @@ class _Lowering:
                 return ir.Load(self.rows, ir.BinOp("add", ir.BinOp("mul", rows, ir.i64(n)),
                                                    feature))
             return gathered
-        buf, block_first = self.transposed
-        group = ir.BinOp("mul", ir.BinOp("sub", first_row, block_first), ir.i64(n))
+        buf, block_first, columns = self.transposed
+        group = ir.BinOp("mul", ir.BinOp("sub", first_row, block_first), ir.i64(columns))
 
         def column(feature: ir.Expr) -> ir.Expr:  # first element of a feature's lanes
             return ir.BinOp("add", group, ir.BinOp("mul", feature, ir.i64(lanes)))
 
         def cached(feature: ir.Expr) -> ir.Expr:
+            if isinstance(feature, ir.Broadcast):  # one column for every lane
+                return ir.VectorLoad(buf, column(feature.a), lanes)
             inner = feature.a if isinstance(feature, ir.Cast) else feature
             if isinstance(inner, ir.Lookup) and inner.span <= DIRECT_SPAN:
                 values = [ir.VectorLoad(buf, column(ir.Cast(ir.Load(inner.buffer, ir.BinOp(

@@ -75,12 +75,12 @@ class Representation(ABC):
     # Where the planner tries it among the defaults (lowest first, the first that
     # :meth:`suits` the forest wins); None: only when named.
     default_rank: ClassVar[int | None] = None
-    # Whether its walks take rows as the lanes of vectors (``vectorize``); such a layout's
-    # constructor takes ``depth``, the depth every tree is padded to (vector walks take
-    # trees of one depth).
+    # Whether its walks take rows as the lanes of vectors (``vectorize``: it implements
+    # ``vector_walk`` or ``vector_walk_groups``, and ``vector_leaf_value``), and whether
+    # those walks need trees of one depth (its constructor then takes ``depth``, the
+    # depth every tree is padded to).
     vector_walks: ClassVar[bool] = False
-    # Whether a second kernel for batches of a few rows pays for its compile time.
-    small_batch_kernel: ClassVar[bool] = True
+    vector_depth: ClassVar[bool] = False
     # The LLVM optimisation level its CPU kernels are built at, and whether with LLVM's
     # fast instruction selector (the one level 0 uses).
     llvm_opt: ClassVar[int] = 2
@@ -97,6 +97,13 @@ class Representation(ABC):
                          cpu_features: frozenset[str]) -> Schedule:
         """The schedule the planner gives this layout when the user names none."""
         return named("default", forest.n_trees)
+
+    @classmethod
+    def small_batch_schedule(cls, forest: Forest, precision: str,
+                             cpu_features: frozenset[str]) -> Schedule | None:
+        """The schedule of a second kernel for batches of a few rows, beside the default
+        one, where it pays for its compile time (None: the default kernel serves them)."""
+        return named("small_batch", forest.n_trees)
 
     def __init__(self, forest: Forest, precision: str = "float64") -> None:
         self.forest = forest
@@ -164,6 +171,21 @@ class Representation(ABC):
         """The declarations of what walks given the cache ``row`` use (see
         :meth:`walk_code`)."""
         return []
+
+    def lane_columns(self) -> tuple[int, ir.DType] | None:
+        """(columns, their type) of each row in a block's transposed copy for vector
+        walks (``cache`` on a vectorized loop), when the walks read a form of the row
+        prepared for them (:meth:`lane_column_stores`); None (the default): the row's
+        features as they are."""
+        return None
+
+    def lane_column_stores(self, feature_value: FeatureLoader,
+                           store: Callable[[int, ir.Expr], ir.Stmt],
+                           stem: str) -> list[ir.Stmt]:
+        """Statements storing the columns (:meth:`lane_columns`) of the row
+        ``feature_value`` reads, each through ``store(column, value)``; ``stem`` names
+        their variables."""
+        raise NotImplementedError(f"representation {self.name!r} prepares no columns")
 
     def prepared_row(self) -> tuple[int, ir.DType] | None:
         """(elements, their type) of the form of a row that :meth:`walk_code` reads,

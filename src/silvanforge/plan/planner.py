@@ -10,7 +10,7 @@ leaves open is chosen to fit it:
   that does not run on the target is refused, naming those that do;
 - the schedule: the one given, else the tiling's (probability-based tiles), else the
   representation's :meth:`default_schedule`, plus a small-batch kernel where the layout
-  gains from one (``small_batch_kernel``);
+  gains from one (its ``small_batch_schedule``);
 - the precision: the model's input precision (exact parity);
 - threads: ``n_jobs``, else every CPU this process may use; a schedule of SilvanForge's
   sizes each call's threads to its rows (:func:`rows_per_thread`);
@@ -205,8 +205,8 @@ def make_plan(forest: Forest, target: str = "cpu", schedule: Any = None,
         chosen = named("default", forest.n_trees)
     else:
         chosen = REGISTRY[rep].default_schedule(forest, chosen_precision, features)
-    small = named("small_batch", forest.n_trees) \
-        if schedule is None and REGISTRY[rep].small_batch_kernel else None
+    small = REGISTRY[rep].small_batch_schedule(forest, chosen_precision, features) \
+        if schedule is None else None
     return Plan(forest=forest, target=target, cpu=cpu, representation=rep,
                 precision=chosen_precision, schedule=chosen, n_jobs=jobs,
                 small_schedule=small, small_batch=SMALL_BATCH if small else 0,

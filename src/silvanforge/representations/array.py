@@ -27,7 +27,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..errors import UnsupportedModelError
+from ..errors import ScheduleError, UnsupportedModelError
 from ..lir import ir
 from ..model.forest import Forest
 from ..schedule import Schedule, named
@@ -161,7 +161,7 @@ class ArrayRepresentation(LevelOrderRepresentation, ConsecutiveTrees):
 
     name = "array"
     default_rank = 0
-    vector_walks = True
+    vector_walks = vector_depth = True
 
     @classmethod
     def suits(cls, forest: Forest, precision: str, cpu_features: frozenset[str]) -> bool:
@@ -204,6 +204,9 @@ class ArrayRepresentation(LevelOrderRepresentation, ConsecutiveTrees):
         backend may load whole and permute, not one gather per field and level).
         Needs trees of one depth (a constant step count: build the representation
         with ``depth``)."""
+        if self.spec.compare.bits != 32:
+            raise ScheduleError(f"vectorize walks the 'array' representation at precision "
+                                f"'float32'; this kernel's is {self.precision!r}")
         depth = self.walk_depth(tree)
         if not isinstance(depth, ir.Const):
             raise UnsupportedModelError(

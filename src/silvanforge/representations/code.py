@@ -79,13 +79,17 @@ class CodeRepresentation(SparseRepresentation):
     # GPUs run it too, but their threads diverge on its branches: never their default.
     default_devices = ("cpu",)
     default_rank = 2
-    # Its one kernel serves every batch: a second would double its compile time.
-    small_batch_kernel = False
     # Trees as branches gain nothing from O2's later passes, nor from the full
     # instruction selector, which took a third of code generation (docs/ARCHITECTURE.md,
     # "Default choices").
     llvm_opt = 1
     llvm_fast_isel = True
+
+    @classmethod
+    def small_batch_schedule(cls, forest: Forest, precision: str,
+                             cpu_features: frozenset[str]) -> Schedule | None:
+        # Its one kernel serves every batch: a second would double its compile time.
+        return None
 
     @classmethod
     def suits(cls, forest: Forest, precision: str, cpu_features: frozenset[str]) -> bool:

@@ -41,6 +41,7 @@ interface and the leaves (linear and vector leaves included).
 from __future__ import annotations
 
 import itertools
+from typing import Callable
 
 import numpy as np
 
@@ -66,11 +67,12 @@ class MaskRepresentation(SparseRepresentation):
 
     name = "mask"
     prepares_rows = True
+    # Blocks of rows walk as vector lanes (:meth:`vector_walk_groups`), where the forest
+    # allows (:func:`vector_ready`).
+    vector_walks = True
     # Its tests are packed as x86 vector instructions.
     devices = default_devices = ("cpu",)
     default_rank = 1
-    # Its one kernel is as fast at one row as a small-batch kernel, and faster at eight.
-    small_batch_kernel = False
 
     @classmethod
     def suits(cls, forest: Forest, precision: str, cpu_features: frozenset[str]) -> bool:
@@ -82,9 +84,19 @@ class MaskRepresentation(SparseRepresentation):
     @classmethod
     def default_schedule(cls, forest: Forest, precision: str,
                          cpu_features: frozenset[str]) -> Schedule:
-        # A tree over a block of rows, its tables in registers, the block's rows
-        # prepared once (cache).
+        # Blocks of rows as vector lanes where the forest allows; else a tree over a
+        # block of rows, its tables in registers, the block's rows prepared once (cache).
+        if vector_ready(forest, precision):
+            return named("vector", forest.n_trees, cache=True)
         return named("xgboost", forest.n_trees, cache=True)
+
+    @classmethod
+    def small_batch_schedule(cls, forest: Forest, precision: str,
+                             cpu_features: frozenset[str]) -> Schedule | None:
+        # Under vector walks, a few rows take a row's splits as the lanes instead.
+        if vector_ready(forest, precision):
+            return named("xgboost", forest.n_trees, cache=True)
+        return None
 
     def __init__(self, forest: Forest, precision: str = "float64") -> None:
         super().__init__(forest, precision)
@@ -114,6 +126,7 @@ class MaskRepresentation(SparseRepresentation):
         self.narrow = plan is not None
         plan = plan or _copy_plan(forest, self.spec, nodes, self.spec.compare)
         self.copy_width, self.regions = (plan[0], plan[1]) if plan else (0, ())
+        self._coded_first = plan[3] if plan else None
         if plan is None:
             fields = decision.node_arrays(forest, self.spec, nodes, leaf_bit=False)
             fields.pop("cat_bitset", None)  # the sparse layout's serves both
@@ -128,6 +141,9 @@ class MaskRepresentation(SparseRepresentation):
         trees = (np.arange(forest.n_trees + 1, dtype=np.int64) * self.lanes,
                  forest.n_trees * self.lanes)
         self._add({"mask_" + name: array for name, array in fields.items()}, trees)
+        self.ranks: tuple[np.ndarray, np.ndarray] | None = None
+        if vector_ready(forest, precision):
+            self._add_vector_tables(nodes, path, turn, leaf)
 
     def walk_code(self, tree: ir.Expr, node: ir.Var, feature_value: FeatureLoader,
                   row: dict | None = None) -> list[ir.Stmt]:
@@ -262,6 +278,182 @@ class MaskRepresentation(SparseRepresentation):
                         feature_value: FeatureLoader) -> ir.Expr:
         handle = ir.Cast(self._load("mask_leaf", node), ir.I64)
         return self.leaf_value(tree, handle, k, feature_value)
+
+    # ---- blocks of rows as vector lanes ------------------------------------------------
+    def _add_vector_tables(self, nodes: np.ndarray, path: np.ndarray, turn: np.ndarray,
+                           leaf: np.ndarray) -> None:
+        """The tables of :meth:`vector_walk_groups`: per internal lane, ``mask_low`` (the
+        least rank of a value that goes right) and ``mask_keep`` (the leaf lanes still
+        reachable when it does: all but its left subtree's); per leaf lane,
+        ``mask_value``; per tree, ``mask_splits``; and ``mask_ranks``, each feature's
+        distinct thresholds in order, a NaN after each feature's (see :func:`_ranks`)."""
+        forest, lanes = self.forest, self.lanes
+        table, low, self.ranks = _ranks(forest, self.spec, nodes)
+        unsigned, signed = (np.uint64, np.int64) if lanes == 64 else (np.uint32, np.int32)
+        trees = (np.arange(forest.n_trees + 1, dtype=np.int64) * lanes,
+                 forest.n_trees * lanes)
+        self._add({"mask_low": low,
+                   "mask_keep": _keep(path, turn, lanes).astype(unsigned).view(signed),
+                   "mask_value": np.where(leaf >= 0, forest.leaf_value[np.maximum(leaf, 0), 0],
+                                          0.0)}, trees)
+        self._add({"mask_splits": _splits(forest).astype(np.int32), "mask_ranks": table})
+
+    def lane_columns(self) -> tuple[int, ir.DType] | None:
+        """The columns a block's transposed copy holds for vector walks: per copy of the
+        row (see :func:`_copy_plan`) and feature, the rank of the value among the
+        feature's thresholds (exact in any precision), or its coded category operand."""
+        return (len(self.regions) * self.copy_width, ir.I32) if self.ranks else None
+
+    def lane_column_stores(self, feature_value: FeatureLoader,
+                           store: Callable[[int, ir.Expr], ir.Stmt],
+                           stem: str) -> list[ir.Stmt]:
+        """Statements storing one row's columns (:meth:`lane_columns`) through
+        ``store(column, value)``. A rank is a branch-free binary search: the count of
+        thresholds below the value, doubled, plus one where it equals one of them; a
+        kept NaN ranks above every threshold."""
+        F, table = self.spec.compare, self._buffer("mask_ranks")
+        starts, counts = self.ranks
+        code: list[ir.Stmt] = []
+        for k, region in enumerate(self.regions):
+            for f in range(self.forest.n_features):
+                x = feature_value(ir.i64(f))
+                if x.dtype != F:
+                    x = ir.Cast(x, F)
+                if region == "coded" or (k == 0 and self._coded_first is not None
+                                         and self._coded_first[f]):
+                    code.append(store(k * self.copy_width + f, decision.coded_category_operand(
+                        self.spec, x, ir.I32)))
+                    continue
+                start, m = int(starts[f]), int(counts[f])
+                if m == 0:  # split by no numeric node: never read
+                    continue
+                v = x if region == "nan" else ir.Select(
+                    ir.IsNaN(x), ir.Const(-np.inf if region == "low" else 0.0, F), x)
+                at = ir.Var(f"{stem}_{k}_{f}", ir.I64)
+                code.append(ir.Declare(at, ir.i64(start)))
+                while m > 1:
+                    half = m // 2
+                    probe = ir.BinOp("add", at, ir.i64(half))
+                    code.append(ir.Assign(at, ir.Select(ir.Cmp("lt", ir.Load(table, probe), v),
+                                                        probe, at)))
+                    m -= half
+                code.append(ir.Assign(at, ir.BinOp("add", at, ir.Cast(
+                    ir.Cmp("lt", ir.Load(table, at), v), ir.I64))))
+                rank: ir.Expr = ir.Cast(ir.BinOp("add", ir.BinOp("mul", ir.BinOp(
+                    "sub", at, ir.i64(start)), ir.i64(2)), ir.Cast(
+                        ir.Cmp("eq", ir.Load(table, at), v), ir.I64)), ir.I32)
+                if region == "nan":
+                    rank = ir.Select(ir.IsNaN(x), ir.Const(2 * int(counts[f]) + 1, ir.I32), rank)
+                code.append(store(k * self.copy_width + f, rank))
+        return code
+
+    def vector_walk_groups(self, tree: ir.Expr, lanes: int, loaders: list[FeatureLoader],
+                           stem: str) -> tuple[list[ir.Stmt], list[ir.Expr]]:
+        """Tree ``tree`` for groups of ``lanes`` rows (one loader each, reading the
+        columns of :meth:`lane_columns` as vectors): (the statements, each group's
+        vector of leaf lanes). Every leaf lane starts reachable; each split of the tree
+        in turn clears the leaves of its left subtree in the lanes whose rows go right;
+        the first leaf lane left is the row's (QuickScorer's bit vectors, Lucchese et
+        al., SIGIR 2015, with rows as the lanes: one compare and one masked ``and`` a
+        split for 16 rows, whatever the path). The groups share one loop over the
+        splits, so its table reads serve them all."""
+        if self.ranks is None:
+            raise ScheduleError(
+                f"vectorize with the {self.name!r} representation takes forests whose "
+                "splits are each one compare on copies of the row, with category sets "
+                "below 30 and leaves of one constant value (this one: leave out vectorize)")
+        B, W = self.bits_type, self.lanes
+        q = ir.Var(stem + "_split", ir.I64)
+        column = ir.Var(stem + "_column", ir.I64)
+        low, keep = ir.Var(stem + "_low", ir.I32), ir.Var(stem + "_keep", B)
+        body: list[ir.Stmt] = [
+            ir.Declare(column, ir.Cast(self._load("mask_slot", q), ir.I64)),
+            ir.Declare(low, self._load("mask_low", q)),
+            ir.Declare(keep, self._load("mask_keep", q))]
+        cat = None
+        if self._has("mask_cat"):
+            cat = ir.Var(stem + "_cat", ir.I32)
+            body.append(ir.Declare(cat, self._load("mask_cat", q)))
+        bits = [ir.Var(f"{stem}_{g}", B) for g in range(len(loaders))]
+        for b, loader in zip(bits, loaders):
+            x = loader(ir.Broadcast(column, lanes))
+            right: ir.Expr = ir.Cmp("ge", x, ir.Broadcast(low, lanes))
+            if cat is not None:  # numeric lanes have a 0 mask, categorical ones the least low
+                right = ir.BinOp("and", right, ir.Cmp("eq", ir.BinOp(
+                    "and", x, ir.Broadcast(cat, lanes)), ir.Broadcast(ir.Const(0, ir.I32), lanes)))
+            body.append(ir.Assign(b, ir.Select(right, ir.BinOp(
+                "and", b, ir.Broadcast(keep, lanes)), b)))
+        first = ir.BinOp("mul", tree, ir.i64(W))
+        stop = ir.BinOp("add", first, ir.Cast(self._load("mask_splits", tree), ir.I64))
+        return ([ir.Declare(b, ir.Broadcast(ir.Const(-1, B), lanes)) for b in bits]
+                + [ir.For(q, first, stop, ir.i64(1), body)],
+                [ir.Math("cttz", b) for b in bits])
+
+    def vector_leaf_value(self, tree: ir.Expr, position: ir.Expr, k: int,
+                          feature_value: FeatureLoader) -> ir.Expr:
+        """f64 vector: the values of the leaf lanes ``position`` (from
+        :meth:`vector_walk_groups`) of tree ``tree``, gathered."""
+        return ir.Lookup(self._buffer("mask_value"), ir.BinOp("mul", tree, ir.i64(self.lanes)),
+                         position, self.lanes)
+
+
+def vector_ready(forest: Forest, precision: str) -> bool:
+    """Whether blocks of rows of ``forest`` walk as vector lanes in the mask layout
+    (:meth:`MaskRepresentation.vector_walk_groups`): each split one compare on copies
+    of the row with category sets in 32-bit coded masks (float32 lanes, see
+    :func:`_copy_plan`), leaves of one constant value."""
+    if forest.n_trees == 0 or not stride(forest) or forest.leaf_width != 1 \
+            or forest.linear is not None:
+        return False
+    spec = decision.DecisionSpec.of(forest, precision)
+    return _copy_plan(forest, spec, np.flatnonzero(~forest.is_leaf), ir.F32) is not None
+
+
+def _ranks(forest: Forest, spec: decision.DecisionSpec, nodes: np.ndarray
+           ) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]]:
+    """Ranks for lanes of global ``nodes`` (-1: padding): (each feature's distinct
+    numeric thresholds in the compare type, in order, each feature's followed by a NaN;
+    each lane's least rank going right; (where each feature's thresholds start, how
+    many)). A value's rank among a feature's thresholds t_0 < t_1 < ... is twice the
+    count below it, plus one where it equals one: then ``x <= t_i`` holds exactly when
+    rank(x) <= 2i + 1 and ``x < t_i`` when rank(x) <= 2i, in any precision.
+    Categorical lanes and padding get the least int32 (every value compares above:
+    their test is the coded mask's)."""
+    real = nodes >= 0
+    n = np.maximum(nodes, 0)
+    numeric = real & (forest.split_op[n] != OP_CAT)
+    t = decision.thresholds(forest, spec, nodes).astype(np.float64)
+    feature = forest.feature[n]
+    le = int(_numeric_op(spec) == OP_LE)
+    low = np.full(len(nodes), np.iinfo(np.int32).min, dtype=np.int64)
+    parts, starts, counts = [], [], []
+    at = 0
+    for f in range(forest.n_features):
+        on = numeric & (feature == f)
+        u = np.unique(t[on])
+        low[on] = 2 * np.searchsorted(u, t[on]) + le + 1
+        parts += [u, [np.nan]]
+        starts.append(at)
+        counts.append(len(u))
+        at += len(u) + 1
+    dtype = np.float32 if spec.compare == ir.F32 else np.float64
+    return (np.concatenate(parts).astype(dtype), low.astype(np.int32),
+            (np.array(starts, dtype=np.int64), np.array(counts, dtype=np.int64)))
+
+
+def _keep(path: np.ndarray, turn: np.ndarray, lanes: int) -> np.ndarray:
+    """Per tree and internal lane (``lanes`` each): the leaf lanes outside the lane's
+    left subtree, as bits (from each leaf lane's ``path`` and ``turn`` bits: a leaf is
+    in node i's left subtree when its path passes i and turns left there)."""
+    P, U = path.reshape(-1, lanes), turn.reshape(-1, lanes)
+    bit = np.uint64(1) << np.arange(lanes, dtype=np.uint64)
+    keep = np.empty(P.shape, dtype=np.uint64)
+    for i in range(lanes):
+        left = (P >> np.uint64(i)) & ~(U >> np.uint64(i)) & np.uint64(1)
+        keep[:, i] = ~np.bitwise_or.reduce(left * bit, axis=1)
+    if lanes < 64:  # 32-bit bits
+        keep &= np.uint64(0xFFFFFFFF)
+    return keep.reshape(-1)
 
 
 def one_compare(forest: Forest, precision: str) -> bool:

@@ -32,7 +32,7 @@ def build_representation(plan: Plan) -> Any:
     forest, name = plan.forest, plan.representation
     if plan.tile_size == 1 and plan.node_tile is None:
         cls = REGISTRY[name]
-        if cls.vector_walks and any(s.vectorized for s in plan.schedules):
+        if cls.vector_depth and any(s.vectorized for s in plan.schedules):
             return cls(forest, plan.precision, depth=int(forest.tree_depths.max()))
         return cls(forest, plan.precision)
     if name not in TILED:
