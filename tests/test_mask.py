@@ -13,13 +13,15 @@ from hypothesis import strategies as st
 import silvanforge
 from silvanforge import reference
 from silvanforge.backends.cpu import Target
-from silvanforge.errors import InputError, UnsupportedModelError
+from silvanforge.errors import InputError, ScheduleError, UnsupportedModelError
 from silvanforge.lir import ir
 from silvanforge.model.builder import Tree, build_forest
 from silvanforge.model.forest import (MISSING_NAN, MISSING_NONE, MISSING_ZERO, OP_CAT,
                                       OP_EQ, OP_LE, OP_LT)
-from silvanforge.representations.mask import MaskRepresentation, one_compare
+from silvanforge.representations.mask import (MaskRepresentation, _ranks, one_compare,
+                                               vector_ready)
 from silvanforge.plan.planner import choose_representation
+from silvanforge.schedule import named
 
 from test_representations import random_rows, tree_of_shape
 
@@ -237,7 +239,8 @@ def test_float32_lanes_need_category_sets_below_30():
 def test_a_cached_block_prepares_each_row_once():
     forest = forest_of([OP_LE, OP_CAT], [MISSING_NAN, MISSING_NONE])
     rows = random_rows(forest, 9, 300)
-    cached = silvanforge.compile(forest, representation="mask")  # named("xgboost", cache)
+    cached = silvanforge.compile(forest, representation="mask",
+                                 schedule=named("xgboost", forest.n_trees, cache=True))
     plain = silvanforge.compile(forest, representation="mask", schedule="xgboost")
     lir = cached.dump("lir")
     # One loop over the block's rows fills the local array the walks read.
@@ -371,3 +374,99 @@ def test_masks_for_a_cpu_without_avx512_gather_and_stay_exact():
     assert "avx512" not in predictor.dump("llvm")
     np.testing.assert_array_equal(predictor.predict(rows, output="margin"),
                                   reference.predict(forest, rows, output="margin"))
+
+
+def vector_schedule(block: int = 64, cache: bool = True) -> str:
+    return (f"tile(batch, b0, b1, {block})\nreorder(b0, tree, b1)\n"
+            + ("cache(b0)\n" if cache else "") + "vectorize(b1)\nparallel(b0)")
+
+
+@settings(max_examples=80, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n_rows=st.integers(1, 300),
+       max_splits=st.sampled_from([1, 15, 31, 63]), n_features=st.integers(1, 40),
+       float32=st.booleans(), op=st.sampled_from([OP_LT, OP_LE]), categorical=st.booleans(),
+       rules=st.lists(st.sampled_from([MISSING_NAN, MISSING_NONE]), min_size=1, max_size=2,
+                      unique=True),
+       n_outputs=st.integers(1, 3), block=st.sampled_from([16, 32, 64]))
+def test_vector_walks_of_masks_match_the_reference(seed, n_rows, max_splits, n_features,
+                                                   float32, op, categorical, rules,
+                                                   n_outputs, block):
+    # Rows as the lanes: every split clears its left subtree's leaves where rows go
+    # right, on ranks of the rows' values among the thresholds. Rows hold thresholds,
+    # their neighbours, NaN, infinities and category edges; batches end anywhere in a
+    # block.
+    rng = np.random.default_rng(seed)
+    dtype = np.float32 if float32 else np.float64
+    precision = "float32" if float32 else "float64"
+    forest = grown_forest(rng, max_splits, n_features, [op, OP_CAT] if categorical else [op],
+                          rules, n_outputs, dtype=dtype,
+                          categories=CODED[dtype] if categorical else None)
+    forest = forest.replace(threshold=np.where(np.isinf(forest.threshold), 0.5,
+                                               forest.threshold))
+    rows = random_rows(forest, seed, n_rows).astype(np.float64)
+    internal = np.flatnonzero(~forest.is_leaf)
+    at = rng.integers(0, len(internal), size=rows.shape) if len(internal) else None
+    if at is not None:
+        t = forest.threshold[internal[at]]
+        edges = np.select([rng.random(rows.shape) < p for p in (0.2, 0.3, 0.4)],
+                          [t, np.nextafter(t, np.inf), np.nextafter(t, -np.inf)], rows)
+        rows = np.where(forest.feature[internal[at]] == np.arange(n_features), edges, rows)
+    some = rng.random(rows.shape) < 0.1
+    rows[some] = rng.choice(CATEGORY_INPUTS, some.sum())
+    rows = rows.astype(dtype)
+    schedule = vector_schedule(block)
+    if not vector_ready(forest, precision):  # too many copies of the row for the lanes
+        with pytest.raises(ScheduleError, match="vectorize with the 'mask'"):
+            silvanforge.compile(forest, representation="mask", schedule=schedule,
+                                precision=precision)
+        return
+    predictor = silvanforge.compile(forest, representation="mask", schedule=schedule,
+                                    precision=precision)
+    np.testing.assert_array_equal(predictor.predict(rows, output="margin"),
+                                  reference.predict(forest, rows, output="margin"))
+
+
+def test_ranks_order_values_as_the_thresholds_do():
+    # rank(x) <= 2i + 1 exactly when x <= t_i, and rank(x) <= 2i exactly when x < t_i.
+    rng = np.random.default_rng(3)
+    for op in (OP_LT, OP_LE):
+        forest = forest_of([op], [MISSING_NONE])
+        rep = MaskRepresentation(forest)
+        table, low, (starts, counts) = _ranks(forest, rep.spec, np.flatnonzero(~forest.is_leaf))
+        for f in range(forest.n_features):
+            u = table[starts[f]:starts[f] + counts[f]]
+            assert np.all(np.diff(u) > 0) and np.isnan(table[starts[f] + counts[f]])
+            x = np.concatenate([u, np.nextafter(u, np.inf), np.nextafter(u, -np.inf),
+                                rng.normal(size=50), [np.inf, -np.inf]])
+            rank = 2 * np.searchsorted(u, x, side="left") + np.isin(x, u)
+            for i, t in enumerate(u):
+                bound = 2 * i + (op == OP_LE)
+                assert np.array_equal(rank <= bound, x <= t if op == OP_LE else x < t)
+
+
+def test_masks_walk_blocks_of_rows_as_lanes_by_default():
+    # A forest of one-compare splits and constant leaves: blocks of 64 rows as vector
+    # lanes, the splits-as-lanes kernel for batches of up to 8 rows.
+    forest = forest_of([OP_LE, OP_CAT], [MISSING_NONE], features=(0, 2))
+    predictor = silvanforge.compile(forest, representation="mask")
+    assert predictor.plan.schedule.vectorized
+    assert not predictor.plan.small_schedule.vectorized and predictor.plan.small_batch == 8
+    rows = np.vstack([random_rows(forest, 8, 300), np.tile(CATEGORY_INPUTS[:, None], 3)])
+    for n in (1, 8, 9, 64, 65, len(rows)):
+        np.testing.assert_array_equal(predictor.predict(rows[:n], output="margin"),
+                                      reference.predict(forest, rows[:n], output="margin"))
+    # Linear leaves (and vector leaves) keep the splits as lanes for every batch.
+    rng = np.random.default_rng(2)
+    linear = grown_forest(rng, 15, 3, [OP_LE], [MISSING_NONE], leaves="linear")
+    assert not vector_ready(linear, "float64")
+    plan = silvanforge.compile(linear, representation="mask").plan
+    assert not plan.schedule.vectorized and plan.small_schedule is None
+    with pytest.raises(ScheduleError, match="leaves of one constant value"):
+        silvanforge.compile(linear, representation="mask", schedule=vector_schedule())
+
+
+def test_vector_walks_of_masks_need_the_block_cached():
+    forest = forest_of([OP_LE], [MISSING_NONE])
+    with pytest.raises(ScheduleError, match=r"cache\(b0\)"):
+        silvanforge.compile(forest, representation="mask",
+                            schedule=vector_schedule(cache=False))
