@@ -6,8 +6,9 @@ reduction) on the best three. The CPU search here has the same shape:
 
 1. :func:`shortlist`: the loop order and block size the batch size calls for, with each
    representation the trees' shape calls for, walks interleaved and not unrolled, one
-   thread per 128 rows; for array forests above ``SMALL_BATCH`` rows, also vector walks
-   as ``compile``'s default schedule for them (``row_vectors``);
+   thread per 128 rows; above ``SMALL_BATCH`` rows, also vector walks in the layouts
+   that have them (array, mask) as ``compile``'s default schedule for them
+   (``row_vectors``);
 2. :func:`refinements`: on the ``KEEP`` fastest of the shortlist, one axis at a time:
    smaller row blocks (vector walks: the other block, the row copy toggled),
    interleaving toggled (small batches only), tiles of
@@ -137,12 +138,15 @@ def shortlist(forest: Forest, batch: int, n_jobs: int) -> list[dict[str, Any]]:
             extra = {"block": _block(order, batch), **walks, "tile_size": 1}
         out.append({"order": order, **extra, "threads": threads_for(batch, n_jobs),
                     "representation": rep})
-    if "array" in [p["representation"] for p in out] and batch > SMALL_BATCH:
+    if batch > SMALL_BATCH:
         # Vector walks (compile's default on AVX-512 for such forests), last: the
-        # leaders' refinements below are for the scalar orders' axes.
-        out.append({"order": "row_vectors", "block": VECTOR_BLOCK,
-                    "cache": copies_rows(forest), "threads": threads_for(batch, n_jobs),
-                    "representation": "array"})
+        # leaders' refinements below are for the scalar orders' axes. The mask's read
+        # the block's rows prepared, so always cached.
+        out += [{"order": "row_vectors", "block": VECTOR_BLOCK,
+                 "cache": copies_rows(forest) if rep == "array" else True,
+                 "threads": threads_for(batch, n_jobs), "representation": rep}
+                for rep in dict.fromkeys(p["representation"] for p in out)
+                if REGISTRY[rep].vector_walks]
     return out
 
 
@@ -159,8 +163,11 @@ def refinements(leaders: Sequence[dict[str, Any]], forest: Forest, batch: int,
             at = tiles.index(p["tree_tile"])
             out += [{**p, "tree_tile": t} for t in tiles[max(0, at - 1):at + 2:2]]
         if p["order"] == "row_vectors":
+            # Layouts whose walks read prepared rows (mask) need the block's copy.
+            toggled = [] if REGISTRY[p["representation"]].prepares_rows \
+                else [{**p, "cache": not p["cache"]}]
             out += [{**p, "block": b} for b in _values(p["order"], "block")
-                    if b != p["block"]] + [{**p, "cache": not p["cache"]}]
+                    if b != p["block"]] + toggled
         if "interleave" in p and batch < ALWAYS_INTERLEAVE:
             out.append({**p, "interleave": not p["interleave"]})
         if p.get("tile_size") == 1 and space.has_tiles(p["representation"]):

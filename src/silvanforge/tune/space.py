@@ -31,8 +31,9 @@ The loop orders (T trees, B rows per block, k trees per tile, c = threads chunks
   tile's branches stay in the branch predictor over many rows (docs/ARCHITECTURE.md,
   "Row blocks");
 - ``row_vectors``: ``tile(batch, b0, b1, B); reorder(b0, tree, b1); [cache(b0);]
-  vectorize(b1); parallel(b0)``: 16 rows a vector walk (the ``vector`` schedule), the
-  ``array`` layout only (at float32: other points are refused and skipped).
+  vectorize(b1); parallel(b0)``: 16 rows a vector walk (the ``vector`` schedule), in
+  the layouts with vector walks (``array`` at float32, ``mask`` with the block cached:
+  other points are refused and skipped).
 
 >>> [p["order"] for p in points(n_trees=10, n_jobs=2)][:2]
 ['default', 'row_blocks']
@@ -74,7 +75,7 @@ ORDERS: dict[str, tuple[Axis, ...]] = {
     "row_vectors": (Axis("block", (32, 64)), Axis("cache", (False, True))),
 }
 CODE_ORDERS = ("unrolled_trees", "tiled_code")
-# Orders whose walks only the array layout takes, untiled.
+# Orders whose walks only the layouts with vector walks take, untiled.
 VECTOR_ORDERS = ("row_vectors",)
 # Uniform tile sizes searched: 1 (no tiles) and 3, the best tiled size measured
 # (docs/TUNING.md).
@@ -119,7 +120,8 @@ def option_axes(order: str | None = None) -> tuple[Axis, ...]:
     the orders in ``CODE_ORDERS`` only, tile sizes with the others). Representations are
     read from the registry when asked, so plug-ins registered later are searched too."""
     if order in VECTOR_ORDERS:
-        return (Axis("representation", ("array",), option=True),)
+        return (Axis("representation", tuple(r for r in sorted(REGISTRY)
+                                             if REGISTRY[r].vector_walks), option=True),)
     names = sorted(REGISTRY)
     if order is not None:
         names = [r for r in names if emits_code(r) == (order in CODE_ORDERS)]
