@@ -21,6 +21,7 @@ from silvanforge.model.forest import (MISSING_NAN, MISSING_NONE, MISSING_ZERO, O
 from silvanforge.representations.mask import (MaskRepresentation, _ranks, one_compare,
                                                vector_ready)
 from silvanforge.plan.planner import choose_representation
+from silvanforge.representations import decision
 from silvanforge.schedule import named
 
 from test_representations import random_rows, tree_of_shape
@@ -426,22 +427,38 @@ def test_vector_walks_of_masks_match_the_reference(seed, n_rows, max_splits, n_f
                                   reference.predict(forest, rows, output="margin"))
 
 
-def test_ranks_order_values_as_the_thresholds_do():
-    # rank(x) <= 2i + 1 exactly when x <= t_i, and rank(x) <= 2i exactly when x < t_i.
-    rng = np.random.default_rng(3)
+@pytest.mark.parametrize("count", [1, 7, 8, 9, 63, 64, 65, 600])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_ranks_order_values_as_the_thresholds_do(count, dtype):
+    # The search tables' levels count the thresholds below a value (as the kernel
+    # walks them: each level one register of splitters); rank(x) <= 2i + 1 exactly
+    # when x <= t_i, and rank(x) <= 2i exactly when x < t_i.
+    rng = np.random.default_rng(count)
+    t = np.unique(rng.normal(size=count).astype(dtype))
+    while len(t) < count:
+        t = np.unique(np.append(t, rng.normal(size=1).astype(dtype)))
     for op in (OP_LT, OP_LE):
-        forest = forest_of([op], [MISSING_NONE])
-        rep = MaskRepresentation(forest)
-        table, low, (starts, counts) = _ranks(forest, rep.spec, np.flatnonzero(~forest.is_leaf))
-        for f in range(forest.n_features):
-            u = table[starts[f]:starts[f] + counts[f]]
-            assert np.all(np.diff(u) > 0) and np.isnan(table[starts[f] + counts[f]])
-            x = np.concatenate([u, np.nextafter(u, np.inf), np.nextafter(u, -np.inf),
-                                rng.normal(size=50), [np.inf, -np.inf]])
-            rank = 2 * np.searchsorted(u, x, side="left") + np.isin(x, u)
-            for i, t in enumerate(u):
-                bound = 2 * i + (op == OP_LE)
-                assert np.array_equal(rank <= bound, x <= t if op == OP_LE else x < t)
+        trees = [Tree(left=[1, -1, -1], right=[2, -1, -1], feature=[0, 0, 0],
+                      threshold=[x, 0, 0], leaf_value=[[0.0], [1.0], [2.0]], split_op=op,
+                      missing=MISSING_NONE) for x in t]
+        forest = build_forest(trees, n_features=1, n_outputs=1, input_dtype=dtype)
+        spec = MaskRepresentation(forest).spec
+        nodes = np.flatnonzero(~forest.is_leaf)
+        table, low, [(levels, n)] = _ranks(forest, spec, nodes)
+        u = decision.thresholds(forest, spec, nodes).astype(np.float64)
+        assert n == count and np.array_equal(np.sort(u), table[levels[-1]:levels[-1] + n])
+        per = 512 // spec.compare.bits
+        x = np.concatenate([u, np.nextafter(u, np.inf), np.nextafter(u, -np.inf),
+                            rng.normal(size=50), [np.inf, -np.inf]]).astype(table.dtype)
+        for value in x:
+            below = 0
+            for depth, start in enumerate(levels):
+                node = below * (per if depth else 1)
+                below = node + int(np.sum(table[start + node:start + node + per] < value))
+            assert below == np.sum(u < value)
+            rank = 2 * below + (table[levels[-1] + below] == value)
+            # Each node's least rank going right (low) against the compare itself.
+            assert np.array_equal(rank >= low, ~((value <= u) if op == OP_LE else (value < u)))
 
 
 def test_masks_walk_blocks_of_rows_as_lanes_by_default():

@@ -195,10 +195,12 @@ _MATH = {"exp": np.exp, "log": np.log, "log1p": np.log1p, "sqrt": np.sqrt,
 
 def _math(e: ir.Math, env: _Env) -> Any:
     a = _eval(e.a, env)
-    if e.func == "cttz":
+    if e.func in ("cttz", "ctpop"):
         if e.dtype.is_float:
-            raise TypeError(f"cttz of a {e.dtype}: integers only")
+            raise TypeError(f"{e.func} of a {e.dtype}: integers only")
         a &= (1 << e.dtype.bits) - 1
+        if e.func == "ctpop":
+            return bin(a).count("1")
         return e.dtype.bits if a == 0 else (a & -a).bit_length() - 1
     return _MATH[e.func](a)
 

@@ -48,9 +48,9 @@ DTYPES = {d.name: d for d in (BOOL, I8, I32, I64, F32, F64)}
 BINARY_OPS = {"add", "sub", "mul", "div", "rem", "and", "or", "xor", "shl", "lshr",
               "ashr", "min", "max"}
 COMPARE_OPS = {"lt", "le", "gt", "ge", "eq", "ne"}
-# "cttz" (integers): the number of trailing zero bits (the width for 0); the others take
-# floats.
-MATH_FUNCS = {"exp", "log", "log1p", "sqrt", "fabs", "trunc", "floor", "cttz"}
+# "cttz" (integers): the number of trailing zero bits (the width for 0); "ctpop"
+# (integers): the number of one bits; the others take floats.
+MATH_FUNCS = {"exp", "log", "log1p", "sqrt", "fabs", "trunc", "floor", "cttz", "ctpop"}
 
 
 # ---- expressions ---------------------------------------------------------------------

@@ -255,25 +255,25 @@ class _Lowering:
                 "leave out the cache directive (the walks then read the rows in place)")
         buf = ir.Buffer(self.fresh("rows_t"), dtype, groups * lanes * n)
         first = self.bound(op.lower)
-        r = ir.Var(self.fresh("r"), ir.I64)
-        row = ir.BinOp("min", ir.BinOp("add", first, r),
-                       ir.BinOp("sub", self.n_rows, ir.i64(1)))
-        group, lane = ir.BinOp("div", r, ir.i64(lanes)), ir.BinOp("rem", r, ir.i64(lanes))
+        g, lane = ir.Var(self.fresh("group"), ir.I64), ir.Var(self.fresh("lane"), ir.I64)
 
         def at(column: ir.Expr) -> ir.Expr:
             return ir.BinOp("add", ir.BinOp("mul", ir.BinOp("add", ir.BinOp(
-                "mul", group, ir.i64(n)), column), ir.i64(lanes)), lane)
-        self.transposed = (buf, first, n)
+                "mul", g, ir.i64(n)), column), ir.i64(lanes)), lane)
+        row = ir.BinOp("min", ir.BinOp("add", first, ir.BinOp("add", ir.BinOp(
+            "mul", g, ir.i64(lanes)), lane)), ir.BinOp("sub", self.n_rows, ir.i64(1)))
         if self.rep.lane_columns() is not None:
-            body = self.rep.lane_column_stores(
+            columns = self.rep.lane_column_stores(
                 self.feature_loader(row), lambda c, v: ir.Store(buf, at(ir.i64(c)), v),
                 self.fresh("column"))
         else:
             f = ir.Var(self.fresh("f"), ir.I64)
-            body = [ir.For(f, ir.i64(0), ir.i64(n), ir.i64(1), [ir.Store(buf, at(f), ir.Load(
-                self.rows, ir.BinOp("add", ir.BinOp("mul", row, ir.i64(n)), f)))])]
-        return [ir.LocalArray(buf), ir.For(r, ir.i64(0), ir.i64(groups * lanes), ir.i64(1),
-                                           body)]
+            columns = [ir.For(f, ir.i64(0), ir.i64(n), ir.i64(1), [ir.Store(
+                buf, at(f), ir.Load(self.rows, ir.BinOp(
+                    "add", ir.BinOp("mul", row, ir.i64(n)), f)))])]
+        body = [ir.For(lane, ir.i64(0), ir.i64(lanes), ir.i64(1), columns)]
+        self.transposed = (buf, first, n)
+        return [ir.LocalArray(buf), ir.For(g, ir.i64(0), ir.i64(groups), ir.i64(1), body)]
 
     def vector_walks(self, members: list[mir.WalkMember], lanes: int) -> list[ir.Stmt]:
         """Each run of ``lanes`` members (rows of one tree) walks as one vector walk of

@@ -141,7 +141,7 @@ class MaskRepresentation(SparseRepresentation):
         trees = (np.arange(forest.n_trees + 1, dtype=np.int64) * self.lanes,
                  forest.n_trees * self.lanes)
         self._add({"mask_" + name: array for name, array in fields.items()}, trees)
-        self.ranks: tuple[np.ndarray, np.ndarray] | None = None
+        self.ranks: list[tuple[list[int], int]] | None = None
         if vector_ready(forest, precision):
             self._add_vector_tables(nodes, path, turn, leaf)
 
@@ -285,8 +285,8 @@ class MaskRepresentation(SparseRepresentation):
         """The tables of :meth:`vector_walk_groups`: per internal lane, ``mask_low`` (the
         least rank of a value that goes right) and ``mask_keep`` (the leaf lanes still
         reachable when it does: all but its left subtree's); per leaf lane,
-        ``mask_value``; per tree, ``mask_splits``; and ``mask_ranks``, each feature's
-        distinct thresholds in order, a NaN after each feature's (see :func:`_ranks`)."""
+        ``mask_value``; per tree, ``mask_splits``; and ``mask_ranks``, the search tables of each
+        feature's distinct thresholds (see :func:`_ranks`)."""
         forest, lanes = self.forest, self.lanes
         table, low, self.ranks = _ranks(forest, self.spec, nodes)
         unsigned, signed = (np.uint64, np.int64) if lanes == 64 else (np.uint32, np.int32)
@@ -308,11 +308,13 @@ class MaskRepresentation(SparseRepresentation):
                            store: Callable[[int, ir.Expr], ir.Stmt],
                            stem: str) -> list[ir.Stmt]:
         """Statements storing one row's columns (:meth:`lane_columns`) through
-        ``store(column, value)``. A rank is a branch-free binary search: the count of
-        thresholds below the value, doubled, plus one where it equals one of them; a
-        kept NaN ranks above every threshold."""
+        ``store(column, value)``. A rank is the count of the feature's thresholds below
+        the value (a search of a few levels, each one vector compare of the value
+        against a node's splitters and a popcount: a binary search's selects became
+        branches, mispredicted on distinct rows; see :func:`_ranks`), doubled, plus one
+        where the value equals one; a kept NaN ranks above every threshold."""
         F, table = self.spec.compare, self._buffer("mask_ranks")
-        starts, counts = self.ranks
+        per = 512 // F.bits
         code: list[ir.Stmt] = []
         for k, region in enumerate(self.regions):
             for f in range(self.forest.n_features):
@@ -324,26 +326,24 @@ class MaskRepresentation(SparseRepresentation):
                     code.append(store(k * self.copy_width + f, decision.coded_category_operand(
                         self.spec, x, ir.I32)))
                     continue
-                start, m = int(starts[f]), int(counts[f])
-                if m == 0:  # split by no numeric node: never read
+                levels, count = self.ranks[f]
+                if not count:  # split by no numeric node: never read
                     continue
                 v = x if region == "nan" else ir.Select(
                     ir.IsNaN(x), ir.Const(-np.inf if region == "low" else 0.0, F), x)
-                at = ir.Var(f"{stem}_{k}_{f}", ir.I64)
-                code.append(ir.Declare(at, ir.i64(start)))
-                while m > 1:
-                    half = m // 2
-                    probe = ir.BinOp("add", at, ir.i64(half))
-                    code.append(ir.Assign(at, ir.Select(ir.Cmp("lt", ir.Load(table, probe), v),
-                                                        probe, at)))
-                    m -= half
-                code.append(ir.Assign(at, ir.BinOp("add", at, ir.Cast(
-                    ir.Cmp("lt", ir.Load(table, at), v), ir.I64))))
-                rank: ir.Expr = ir.Cast(ir.BinOp("add", ir.BinOp("mul", ir.BinOp(
-                    "sub", at, ir.i64(start)), ir.i64(2)), ir.Cast(
-                        ir.Cmp("eq", ir.Load(table, at), v), ir.I64)), ir.I32)
+                below = ir.Var(f"{stem}_{k}_{f}", ir.I64)
+                code.append(ir.Declare(below, ir.i64(0)))
+                for depth, start in enumerate(levels):
+                    node = below if depth == 0 else ir.BinOp("mul", below, ir.i64(per))
+                    splitters = ir.VectorLoad(table, ir.BinOp("add", ir.i64(start), node), per)
+                    lower = ir.Math("ctpop", ir.LaneBits(
+                        ir.Cmp("lt", splitters, ir.Broadcast(v, per)), ir.I32))
+                    code.append(ir.Assign(below, ir.BinOp("add", node, ir.Cast(lower, ir.I64))))
+                equal = ir.Cmp("eq", ir.Load(table, ir.BinOp("add", ir.i64(levels[-1]), below)), v)
+                rank: ir.Expr = ir.Cast(ir.BinOp("add", ir.BinOp("mul", below, ir.i64(2)),
+                                                 ir.Cast(equal, ir.I64)), ir.I32)
                 if region == "nan":
-                    rank = ir.Select(ir.IsNaN(x), ir.Const(2 * int(counts[f]) + 1, ir.I32), rank)
+                    rank = ir.Select(ir.IsNaN(x), ir.Const(2 * count + 1, ir.I32), rank)
                 code.append(store(k * self.copy_width + f, rank))
         return code
 
@@ -410,35 +410,49 @@ def vector_ready(forest: Forest, precision: str) -> bool:
 
 
 def _ranks(forest: Forest, spec: decision.DecisionSpec, nodes: np.ndarray
-           ) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]]:
-    """Ranks for lanes of global ``nodes`` (-1: padding): (each feature's distinct
-    numeric thresholds in the compare type, in order, each feature's followed by a NaN;
-    each lane's least rank going right; (where each feature's thresholds start, how
-    many)). A value's rank among a feature's thresholds t_0 < t_1 < ... is twice the
-    count below it, plus one where it equals one: then ``x <= t_i`` holds exactly when
-    rank(x) <= 2i + 1 and ``x < t_i`` when rank(x) <= 2i, in any precision.
-    Categorical lanes and padding get the least int32 (every value compares above:
-    their test is the coded mask's)."""
+           ) -> tuple[np.ndarray, np.ndarray, list[tuple[list[int], int]]]:
+    """Ranks for lanes of global ``nodes`` (-1: padding): (the search tables; each
+    lane's least rank going right; per feature, where each level of its search starts
+    in the tables and how many thresholds it has).
+
+    A value's rank among a feature's distinct thresholds t_0 < t_1 < ... (in the compare
+    type) is twice the count below it, plus one where it equals one: then ``x <= t_i``
+    holds exactly when rank(x) <= 2i + 1 and ``x < t_i`` when rank(x) <= 2i, in any
+    precision. The count is a search of L levels of B = one register of thresholds
+    (16 float32, 8 float64), B^L > count: the thresholds padded with NaN to B^L (a NaN
+    is below nothing, and equals nothing), level l holding every B^(L-l)-th of them,
+    the last of each block; a node's B splitters are consecutive, and the count of them
+    below the value says which of its blocks to descend into. The last level is the
+    padded thresholds themselves. Categorical lanes and padding get the least int32
+    (every value compares above it: their test is the coded mask's)."""
     real = nodes >= 0
     n = np.maximum(nodes, 0)
     numeric = real & (forest.split_op[n] != OP_CAT)
     t = decision.thresholds(forest, spec, nodes).astype(np.float64)
     feature = forest.feature[n]
     le = int(_numeric_op(spec) == OP_LE)
+    per = 512 // spec.compare.bits
     low = np.full(len(nodes), np.iinfo(np.int32).min, dtype=np.int64)
-    parts, starts, counts = [], [], []
+    parts: list[np.ndarray] = []
+    searches = []
     at = 0
     for f in range(forest.n_features):
         on = numeric & (feature == f)
         u = np.unique(t[on])
         low[on] = 2 * np.searchsorted(u, t[on]) + le + 1
-        parts += [u, [np.nan]]
-        starts.append(at)
-        counts.append(len(u))
-        at += len(u) + 1
+        depth = 1
+        while per ** depth <= len(u):
+            depth += 1
+        padded = np.concatenate([u, np.full(per ** depth - len(u), np.nan)])
+        starts = []
+        for level in range(1, depth + 1):
+            step = per ** (depth - level)
+            parts.append(padded[step - 1::step])
+            starts.append(at)
+            at += len(parts[-1])
+        searches.append((starts, len(u)))
     dtype = np.float32 if spec.compare == ir.F32 else np.float64
-    return (np.concatenate(parts).astype(dtype), low.astype(np.int32),
-            (np.array(starts, dtype=np.int64), np.array(counts, dtype=np.int64)))
+    return (np.concatenate(parts).astype(dtype), low.astype(np.int32), searches)
 
 
 def _keep(path: np.ndarray, turn: np.ndarray, lanes: int) -> np.ndarray:

@@ -459,11 +459,12 @@ class _FunctionBuilder:
 
     def _e_Math(self, e: ir.Math) -> ll.Value:
         a = self.expr(e.a)
-        if e.func == "cttz" and not e.dtype.is_float:
-            fnty = ll.FunctionType(a.type, [a.type, ll.IntType(1)])
-            name = f"llvm.cttz.{_suffix(a.type, e.dtype)}"
-            return self.b.call(self.function(name, fnty), [a, ll.Constant(ll.IntType(1), 0)],
-                               pure=True)
+        if e.func in ("cttz", "ctpop") and not e.dtype.is_float:
+            # cttz's flag: a zero input is defined (the width).
+            flag = [ll.Constant(ll.IntType(1), 0)] if e.func == "cttz" else []
+            fnty = ll.FunctionType(a.type, [a.type] + [f.type for f in flag])
+            name = f"llvm.{e.func}.{_suffix(a.type, e.dtype)}"
+            return self.b.call(self.function(name, fnty), [a] + flag, pure=True)
         if not e.dtype.is_float:
             raise BackendError(f"math function {e.func!r} on {e.dtype}: floats only")
         name = _MATH[e.func].format(t=_suffix(a.type, e.dtype)) \
