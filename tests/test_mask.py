@@ -487,3 +487,28 @@ def test_vector_walks_of_masks_need_the_block_cached():
     with pytest.raises(ScheduleError, match=r"cache\(b0\)"):
         silvanforge.compile(forest, representation="mask",
                             schedule=vector_schedule(cache=False))
+
+
+def test_float64_forests_of_small_complete_trees_take_masks_with_rows_as_lanes():
+    # The array layout walks float64 forests row by row; on AVX-512, masks with rows
+    # as lanes take the forests whose splits they test in one compare (LightGBM's
+    # depth-limited multiclass models: 1.7-1.9x faster from 64 rows).
+    rng = np.random.default_rng(9)
+    left = [2 * i + 1 if i < 7 else -1 for i in range(15)]
+    right = [2 * i + 2 if i < 7 else -1 for i in range(15)]
+    trees = [tree_of_shape(rng, left, right, 4, [OP_LE], [MISSING_NONE], 1, False, t % 3)
+             for t in range(6)]
+    forest = build_forest(trees, n_features=4, n_outputs=3, input_dtype=np.float64)
+    assert default_of(forest, AVX512) == "mask" and default_of(forest, AVX2) == "array"
+    # At float32 the array layout's own vector walks stay the default.
+    assert choose_representation(forest, None, "float32", "cpu",
+                                 frozenset(AVX512.enabled())) == "array"
+    # Linear leaves: no rows as lanes, so the array layout.
+    linear = build_forest([tree_of_shape(rng, left, right, 4, [OP_LE], [MISSING_NONE], 1,
+                                         True, 0) for _ in range(3)],
+                          n_features=4, n_outputs=1, linear_leaves=True)
+    assert default_of(linear, AVX512) == "array"
+    rows = random_rows(forest, 4, 200)
+    predictor = silvanforge.compile(forest, representation="mask")
+    np.testing.assert_array_equal(predictor.predict(rows, output="margin"),
+                                  reference.predict(forest, rows, output="margin"))

@@ -31,6 +31,7 @@ from ..errors import ScheduleError, UnsupportedModelError
 from ..lir import ir
 from ..model.forest import Forest
 from ..schedule import Schedule, named
+from .mask import MaskRepresentation, vector_ready
 from . import decision, leaves
 from .base import FeatureLoader, register
 from .tables import ConsecutiveTrees, TableRepresentation
@@ -166,9 +167,14 @@ class ArrayRepresentation(LevelOrderRepresentation, ConsecutiveTrees):
     @classmethod
     def suits(cls, forest: Forest, precision: str, cpu_features: frozenset[str]) -> bool:
         # Walks of known depth are branch-free and fastest on near-complete trees, while
-        # padding them stays within MAX_ARRAY_PADDING slots a node.
+        # padding them stays within MAX_ARRAY_PADDING slots a node; but where they would
+        # go row by row (float64 compares, LightGBM's), masks with rows as lanes are
+        # faster on the trees they take (docs/ARCHITECTURE.md "Default choices").
         slots = sum(2 ** (int(d) + 1) - 1 for d in forest.tree_depths)
-        return slots <= MAX_ARRAY_PADDING * forest.n_nodes
+        return slots <= MAX_ARRAY_PADDING * forest.n_nodes and (
+            vectorizes(forest, precision, cpu_features)
+            or not MaskRepresentation.suits(forest, precision, cpu_features)
+            or not vector_ready(forest, precision))
 
     @classmethod
     def default_schedule(cls, forest: Forest, precision: str,
