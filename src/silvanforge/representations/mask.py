@@ -285,8 +285,8 @@ class MaskRepresentation(SparseRepresentation):
         """The tables of :meth:`vector_walk_groups`: per internal lane, ``mask_low`` (the
         least rank of a value that goes right) and ``mask_keep`` (the leaf lanes still
         reachable when it does: all but its left subtree's); per leaf lane,
-        ``mask_value``; per tree, ``mask_splits``; and ``mask_ranks``, the search tables of each
-        feature's distinct thresholds (see :func:`_ranks`)."""
+        ``mask_value``; per tree, ``mask_splits``; and ``mask_ranks``, the search tables
+        of each feature's distinct thresholds (see :func:`_ranks`)."""
         forest, lanes = self.forest, self.lanes
         table, low, self.ranks = _ranks(forest, self.spec, nodes)
         unsigned, signed = (np.uint64, np.int64) if lanes == 64 else (np.uint32, np.int32)
