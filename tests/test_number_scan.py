@@ -1,6 +1,10 @@
 """frontends/number_scan.py: the native scanner reads exactly what float() reads, or
 declines; it takes the numbers XGBoost writes."""
 
+import subprocess
+import sys
+import textwrap
+
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -96,3 +100,27 @@ def test_json_lists_write_only_the_room_they_are_given():
     assert lists(data, 11, 11, values.ctypes.data, 5, spans.ctypes.data, 2,
                  state.ctypes.data) == 0
     assert state.tolist() == [11, 0, 0]
+
+
+def test_first_scans_in_several_threads_build_one_scanner():
+    # Each thread's first scan in a fresh process: they used to build a scanner each,
+    # and the engine of the ones not kept was freed under their running code (a crash).
+    script = textwrap.dedent("""
+        import threading
+        from silvanforge.frontends import number_scan
+        gate = threading.Barrier(4)
+        def scan():
+            gate.wait()
+            values, _ = number_scan.json_lists(b'{"a": [1, 2.5, 3]}')
+            assert values.tolist() == [1.0, 2.5, 3.0]
+        threads = [threading.Thread(target=scan) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        print("ok")
+    """)
+    for _ in range(3):
+        run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                             timeout=120)
+        assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr[-2000:]

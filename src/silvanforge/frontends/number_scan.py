@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import threading
 from typing import Any, Callable
 
 import llvmlite.binding as llvm
@@ -463,10 +464,20 @@ define internal i1 @blank(i32 %c) alwaysinline {
 """
 
 
-@functools.cache
+# Held while the scanner is built: two threads' first loads built one each, and the
+# engine of the one not cached was freed under the other's running code (a crash).
+_SCANNER_LOCK = threading.Lock()
+
+
 def _scanner() -> tuple[Any, Any, Any]:
     """The compiled ``scan`` and ``lists`` (and the engine owning their code), built on
-    first use."""
+    first use, once."""
+    with _SCANNER_LOCK:
+        return _build_scanner()
+
+
+@functools.cache
+def _build_scanner() -> tuple[Any, Any, Any]:
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
     powers = ", ".join(f"double 1.0e{k}" for k in range(_EXACT_POWERS + 1))
