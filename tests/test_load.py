@@ -92,3 +92,43 @@ def test_load_accepts_path_like_and_str(tmp_path):
     for source in (path, str(path), os.fsencode(str(path)).decode()):
         with pytest.raises(ModelFormatError, match="m.txt"):
             silvanforge.load(source)
+
+
+def test_loads_run_with_numpy_huge_pages_off_and_restore_them(monkeypatch):
+    # A load's buffers are filled once: numpy's transparent huge pages cost it more
+    # system time than they save (docs/ARCHITECTURE.md "Loading big models"). Loads in
+    # several threads restore numpy's setting once the last ends.
+    import threading
+
+    from silvanforge import frontends
+
+    switch = frontends._hugepage_switch()
+    assert switch is not None  # numpy >= 1.20 has it
+    seen, gate = [], threading.Barrier(2)
+    real = frontends._load_bytes
+
+    def load_bytes(data):
+        state = switch(False)  # returns the setting in force
+        switch(state)
+        seen.append(state)
+        gate.wait(timeout=10)  # both loads in progress at once
+        return real(data)
+
+    monkeypatch.setattr(frontends, "_load_bytes", load_bytes)
+    data = open(os.path.join(os.path.dirname(silvanforge.__file__), "examples",
+                             "xgboost_classifier.json"), "rb").read()
+    for before in (True, False):
+        switch(before)
+        threads = [threading.Thread(target=silvanforge.load, args=(data,)) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert seen[-2:] == [False, False]
+        assert switch(True) is before  # restored
+    # A failing load restores it too.
+    monkeypatch.setattr(frontends, "_load_bytes", lambda data: real(b"not a model"))
+    switch(True)
+    with pytest.raises(SilvanForgeError):
+        silvanforge.load(data)
+    assert switch(True) is True
