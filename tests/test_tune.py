@@ -324,3 +324,26 @@ def test_vector_walks_are_shortlisted_for_array_forests_and_exact(xgb_model):
         np.testing.assert_array_equal(predictor.predict(X, output="margin"),
                                       silvanforge.reference.predict(forest, X,
                                                                     output="margin"))
+
+
+def test_vector_walks_of_masks_are_shortlisted_cached_and_exact():
+    # Skewed LightGBM trees of up to 31 leaves: masks, whose vector walks read the
+    # block's rows prepared (always cached: the toggled copy is no refinement of theirs).
+    lgb = pytest.importorskip("lightgbm")
+    X = _rows(5, n=3000)
+    y = np.nan_to_num(X[:, 0]) * np.nan_to_num(X[:, 1]) + np.sin(np.nan_to_num(X[:, 2]))
+    model = lgb.train({"num_leaves": 31, "verbose": -1, "num_threads": 1},
+                      lgb.Dataset(X, y), num_boost_round=5)
+    forest = silvanforge.load(model)
+    assert "mask" in heuristic.representations(forest)
+    vector = [p for p in heuristic.shortlist(forest, 64, n_jobs=1)
+              if p["order"] == "row_vectors" and p["representation"] == "mask"]
+    assert len(vector) == 1 and vector[0]["cache"]
+    more = heuristic.refinements(vector, forest, 64, n_jobs=1)
+    assert all(p["cache"] for p in more if p["order"] == "row_vectors")
+    for point in vector + more:
+        text, options = space.render(point, forest.n_trees)
+        predictor = silvanforge.compile(model, schedule=text, n_jobs=1, **options)
+        np.testing.assert_array_equal(predictor.predict(X, output="margin"),
+                                      silvanforge.reference.predict(forest, X,
+                                                                    output="margin"))
