@@ -143,11 +143,10 @@ def _hugepage_switch() -> Any:
 
 @contextlib.contextmanager
 def _ordinary_pages() -> Iterator[None]:
-    """numpy's large arrays in ordinary pages while models load. A load fills its
-    buffers once, front to back; with the huge pages numpy asks for, the 10,000-tree
-    XGBoost model's load took 1.9-3.5 s (median 3.0) in a fresh process, 2.0-2.3 (median
-    2.1) without (docs/ARCHITECTURE.md "Loading big models"). The first load to start
-    turns them off, the last to end restores numpy's setting; a numpy without the
+    """numpy's large arrays in ordinary pages while models load: a load fills its
+    buffers once, front to back, and the huge pages numpy asks for cost it more system
+    time than they save (docs/ARCHITECTURE.md "Loading big models"). The first load to
+    start turns them off, the last to end restores numpy's setting; a numpy without the
     switch keeps its own."""
     switch = _hugepage_switch()
     if switch is None:
