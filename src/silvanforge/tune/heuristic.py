@@ -140,10 +140,10 @@ def shortlist(forest: Forest, batch: int, n_jobs: int) -> list[dict[str, Any]]:
                     "representation": rep})
     if batch > SMALL_BATCH:
         # Vector walks (compile's default on AVX-512 for such forests), last: the
-        # leaders' refinements below are for the scalar orders' axes. The mask's read
-        # the block's rows prepared, so always cached.
+        # leaders' refinements below are for the scalar orders' axes. Layouts whose
+        # walks read prepared rows (mask) always cache the block.
         out += [{"order": "row_vectors", "block": VECTOR_BLOCK,
-                 "cache": copies_rows(forest) if rep == "array" else True,
+                 "cache": REGISTRY[rep].prepares_rows or copies_rows(forest),
                  "threads": threads_for(batch, n_jobs), "representation": rep}
                 for rep in dict.fromkeys(p["representation"] for p in out)
                 if REGISTRY[rep].vector_walks]
