@@ -213,8 +213,7 @@ class MaskRepresentation(SparseRepresentation):
         wide_of_narrow = self.narrow and lane == F
         code: list[ir.Stmt] = []
         for k, region in enumerate(self.regions):
-            value = row if region in ("nan", "coded") else ir.Select(
-                ir.IsNaN(row), ir.Const(-np.inf if region == "low" else 0.0, F), row)
+            value = _region_value(row, region)
             if value.dtype != lane:
                 value = ir.Cast(value, lane)
             coded = region == "coded" or (k == 0 and self._has("mask_categorical"))
@@ -314,7 +313,7 @@ class MaskRepresentation(SparseRepresentation):
         branches, mispredicted on distinct rows; see :func:`_ranks`), doubled, plus one
         where the value equals one; a kept NaN ranks above every threshold."""
         F, table = self.spec.compare, self._buffer("mask_ranks")
-        per = 512 // F.bits
+        per = _per_register(F)
         code: list[ir.Stmt] = []
         for k, region in enumerate(self.regions):
             for f in range(self.forest.n_features):
@@ -329,8 +328,7 @@ class MaskRepresentation(SparseRepresentation):
                 levels, count = self.ranks[f]
                 if not count:  # split by no numeric node: never read
                     continue
-                v = x if region == "nan" else ir.Select(
-                    ir.IsNaN(x), ir.Const(-np.inf if region == "low" else 0.0, F), x)
+                v = _region_value(x, region)
                 below = ir.Var(f"{stem}_{k}_{f}", ir.I64)
                 code.append(ir.Declare(below, ir.i64(0)))
                 for depth, start in enumerate(levels):
@@ -431,7 +429,7 @@ def _ranks(forest: Forest, spec: decision.DecisionSpec, nodes: np.ndarray
     t = decision.thresholds(forest, spec, nodes).astype(np.float64)
     feature = forest.feature[n]
     le = int(_numeric_op(spec) == OP_LE)
-    per = 512 // spec.compare.bits
+    per = _per_register(spec.compare)
     low = np.full(len(nodes), np.iinfo(np.int32).min, dtype=np.int64)
     parts: list[np.ndarray] = []
     searches = []
@@ -505,6 +503,20 @@ MAX_COPIES = 64
 _REGIONS = ("zero", "low", "nan")
 
 
+def _per_register(dtype: ir.DType) -> int:
+    """The values of ``dtype`` one 512-bit register holds: a copy of the row is a whole
+    number of registers, and a rank search compares one register of thresholds."""
+    return 512 // dtype.bits
+
+
+def _region_value(x: ir.Expr, region: str) -> ir.Expr:
+    """Row value ``x`` as copy ``region`` holds it (before coding or ranking): a NaN as
+    -inf (``low``), as 0 (``zero``), else kept."""
+    if region not in ("low", "zero"):
+        return x
+    return ir.Select(ir.IsNaN(x), ir.Const(-np.inf if region == "low" else 0.0, x.dtype), x)
+
+
 def _numeric_op(spec: decision.DecisionSpec) -> int:
     """The one numeric operator of a forest tested by copies (``<`` when all its splits
     are categorical)."""
@@ -558,7 +570,7 @@ def _copy_plan(forest: Forest, spec: decision.DecisionSpec, nodes: np.ndarray,
     both = np.isin(forest.feature[n[numeric]], np.flatnonzero(features)).any()
     if not regions or both:
         regions.append("coded")
-    per = 512 // lane.bits
+    per = _per_register(lane)
     width = max(per, -(-forest.n_features // per) * per)
     if len(regions) * width > MAX_COPIES:
         return None
