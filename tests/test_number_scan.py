@@ -85,21 +85,59 @@ def test_it_writes_only_the_slots_it_is_given():
 
 def test_json_lists_write_only_the_room_they_are_given():
     """The document pass stops, unchanged past its buffers, when its values or spans
-    are full (json_lists sizes them so that they never are)."""
+    are full, at the colon of the list that did not fit; a call with more room goes on
+    from there."""
     lists = number_scan._scanner()[1]
     data = b'{"a": [1, 2], "b": [3, 4, 5]}'
+    no_names = b"\0"
     for cap, max_spans in ((3, 2), (5, 1)):
         values, spans = np.full(cap + 1, -7.0), np.full((max_spans + 1, 6), -7)
-        state = np.zeros(3, dtype=np.int64)
+        state = np.zeros(5, dtype=np.int64)
         assert lists(data, len(data), len(data), values.ctypes.data, cap, spans.ctypes.data,
-                     max_spans, state.ctypes.data) == -1
+                     max_spans, state.ctypes.data, no_names) == -1
         assert values[cap] == -7.0 and (spans[max_spans] == -7).all()
         assert state[1] == 2 and state[2] == 1  # the first list, read
+        assert data[state[0]:state[0] + 1] == b":" and data[state[0] - 3:state[0]] == b'"b"'
+        more_values, more_spans = np.full(8, -7.0), np.full((3, 6), -7)
+        more_values[:2], more_spans[:1] = values[:2], spans[:1]
+        assert lists(data, len(data), len(data), more_values.ctypes.data, 8,
+                     more_spans.ctypes.data, 3, state.ctypes.data, no_names) == 0
+        assert more_values[:5].tolist() == [1, 2, 3, 4, 5] and state[2] == 2
+        assert more_spans[1, 2:4].tolist() == [2, 3]
     # It reads only the length it is told: cut before the first ']', no list is closed.
-    state = np.zeros(3, dtype=np.int64)
+    state = np.zeros(5, dtype=np.int64)
     assert lists(data, 11, 11, values.ctypes.data, 5, spans.ctypes.data, 2,
-                 state.ctypes.data) == 0
-    assert state.tolist() == [11, 0, 0]
+                 state.ctypes.data, no_names) == 0
+    assert state[:3].tolist() == [11, 0, 0]
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 1 << 23])
+def test_json_lists_grow_their_buffers_and_skip_named_members(chunk, monkeypatch):
+    # 3000 lists of 1-40 numbers in 20 KB: more than the first guess of room for
+    # lists (one a KiB) and, with long lists of short numbers, for values (one every 8
+    # bytes); the pass stops in the middle of names and lists (chunks of 1 and 3 bytes).
+    monkeypatch.setattr(number_scan, "_CHUNK", chunk)
+    rng = np.random.default_rng(5)
+    lists = [rng.integers(0, 10, size=rng.integers(1, 40)).tolist() for _ in range(3000)]
+    names = [("parents", "lefts", "par", "parentss")[i % 4] for i in range(3000)]
+    data = ("{" + ",".join(f'"{n}{"" if n != "lefts" else i}":{v}'.replace(" ", "")
+                          for i, (n, v) in enumerate(zip(names, lists))) + "}").encode()
+    values, spans = number_scan.json_lists(data, skip=["parents", "x"])
+    assert len(spans) == 3000
+    kept = [v for n, v in zip(names, lists) if n != "parents"]
+    assert values.tolist() == [x for v in kept for x in v]
+    assert (spans[:, 3] == [number_scan.SKIPPED if n == "parents" else len(v)
+                            for n, v in zip(names, lists)]).all()
+    # Skipped lists still end where they end: the spans cut the text as before.
+    whole, _ = number_scan.json_lists(data)
+    assert len(whole) == sum(map(len, lists))
+
+
+def test_skipped_names_must_fit_a_length_byte():
+    with pytest.raises(ValueError, match="1 to 255 bytes"):
+        number_scan.json_lists(b"{}", skip=[""])
+    with pytest.raises(ValueError, match="1 to 255 bytes"):
+        number_scan.json_lists(b"{}", skip=["x" * 256])
 
 
 def test_first_scans_in_several_threads_build_one_scanner():

@@ -171,6 +171,26 @@ def test_multi_output_tree_2x_layout():
                 tree["right_children"][node] = -1
     forest = fx.load_bytes(json.dumps(doc).encode())
     assert_parity(reference.predict(forest, X), booster.inplace_predict(X))
+    # base_weights is read only where it is wanted (fx.UNUSED_LISTS), and then as
+    # strictly as any list.
+    tree = doc["learner"]["gradient_booster"]["model"]["trees"][0]
+    text = json.dumps(doc).encode().replace(
+        b'"base_weights": [' + json.dumps(tree["base_weights"][0]).encode(),
+        b'"base_weights": [1-2', 1)
+    with pytest.raises(ModelFormatError, match=r"tree 0.base_weights: expected numbers"):
+        fx.load_bytes(text)
+
+
+def test_lists_no_prediction_reads_are_not_parsed():
+    """loss_changes and parents are never read: number characters that are no numbers
+    there do not stop a load (XGBoost's own parser would refuse them), and the model
+    predicts as before."""
+    booster = _train({"max_depth": 3}, Y_REG, rounds=3)
+    text = bytes(booster.save_raw("json"))
+    broken = text.replace(b'"loss_changes":[', b'"loss_changes":[1-2,', 1).replace(
+        b'"parents":[', b'"parents":[1e,', 1)
+    assert broken.count(b"1-2,") == 1 and broken.count(b"1e,") == 1
+    assert_parity(reference.predict(fx.load_bytes(broken), X), booster.inplace_predict(X))
 
 
 def test_early_stopping_booster_uses_all_trees_wrapper_best_iteration():

@@ -22,7 +22,7 @@ import json
 import re
 import uuid
 import warnings
-from typing import Any
+from typing import Any, Iterable
 
 import numpy as np
 
@@ -70,9 +70,32 @@ def parse_numbers(text: str, sep: str, syntax: "re.Pattern[str] | None" = None
     return values if len(values) == body.count(sep) + 1 else None
 
 
-def loads_json(data: bytes) -> Any:
+class Unread:
+    """A list of numbers that :func:`loads_json` did not read (its member was named in
+    ``skip``): :meth:`read` parses it, exactly, when it is wanted after all.
+
+    >>> loads_json(b'{"a": [1, 2.5]}', skip=["a"])["a"].read().tolist()
+    [1.0, 2.5]
+    """
+
+    __slots__ = ("_data", "_start", "_stop")
+
+    def __init__(self, data: bytes, start: int, stop: int) -> None:
+        self._data, self._start, self._stop = data, start, stop
+
+    def read(self) -> np.ndarray | None:
+        """The list's float64 values, or None where it is not JSON numbers."""
+        return parse_numbers(self._data[self._start:self._stop].decode("ascii"), ",")
+
+    def __repr__(self) -> str:
+        return f"Unread({self._stop - self._start} bytes)"
+
+
+def loads_json(data: bytes, skip: Iterable[str] = ()) -> Any:
     """``json.loads(data)`` with every object member that is a list of JSON numbers
-    read as a float64 numpy array.
+    read as a float64 numpy array; where the member's name is in ``skip``, the list's
+    numbers are not read, and the member's value is an :class:`Unread` list (a caller's
+    way to pass over fields it seldom uses).
 
     The lists are found and read in one native pass (:func:`.number_scan.json_lists`)
     and cut out of the text (each replaced by a placeholder string that names it with a
@@ -81,17 +104,21 @@ def loads_json(data: bytes) -> Any:
 
     >>> loads_json(b'{"a": [1, 2.5], "b": "[3]", "c": [[1]]}')
     {'a': array([1. , 2.5]), 'b': '[3]', 'c': [[1]]}
+    >>> loads_json(b'{"a": [1, 2.5], "b": [3]}', skip=["a"])
+    {'a': Unread(6 bytes), 'b': array([3.])}
     """
-    arrays: list[np.ndarray] = []
+    arrays: list[np.ndarray | Unread] = []
     tag = f"\x00{uuid.uuid4().hex}:"
     marker = f':"\\u0000{tag[1:]}'.encode()
     with progress.bar("reading numbers", len(data) * S_PER_BYTE, len(data), "B") as shown:
-        values, spans = number_scan.json_lists(data, shown.update)
+        values, spans = number_scan.json_lists(data, shown.update, skip)
     pieces = []
     done = 0
     for colon, end, first, count, inside, stop in spans.tolist():
         if count >= 0:
             arrays.append(values[first:first + count])
+        elif count == number_scan.SKIPPED:
+            arrays.append(Unread(data, inside, stop))
         else:
             exact = parse_numbers(data[inside:stop].decode("ascii"), ",")
             if exact is None:

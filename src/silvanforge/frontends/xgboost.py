@@ -115,6 +115,12 @@ def load_object(obj: Any) -> Forest:
     return forest_from_document(doc, n_iterations=n_iterations)
 
 
+# Per-node lists of a tree that predictions seldom or never read: their numbers are
+# parsed only when read (a third of a JSON model's numbers; docs/ARCHITECTURE.md
+# "Loading big models"). base_weights holds XGBoost 2.x's vector leaves.
+UNUSED_LISTS = ("base_weights", "loss_changes", "parents")
+
+
 def parse_document(data: bytes) -> dict:
     """JSON or UBJSON bytes → the model document (a dict)."""
     head = data.lstrip()
@@ -122,7 +128,7 @@ def parse_document(data: bytes) -> dict:
         raise ModelFormatError("an XGBoost model must start with '{' (JSON or UBJSON)")
     if head[1:].lstrip()[:1] in (b'"', b"}"):
         try:
-            doc = numbers.loads_json(data)
+            doc = numbers.loads_json(data, UNUSED_LISTS)
         except UnicodeDecodeError as exc:
             raise ModelFormatError(f"the JSON model is not valid UTF-8: {exc}") from None
         except RecursionError:
@@ -155,13 +161,17 @@ def _get(obj: Any, key: str, where: str, kind: type | tuple = dict, default: Any
 def _kind_name(kind: type | tuple) -> str:
     kinds = kind if isinstance(kind, tuple) else (kind,)
     names = {dict: "an object", list: "an array", str: "a string", np.ndarray: "an array",
-             int: "an integer", float: "a number"}
-    return " or ".join(names.get(k, k.__name__) for k in kinds)
+             numbers.Unread: "an array", int: "an integer", float: "a number"}
+    return " or ".join(dict.fromkeys(names.get(k, k.__name__) for k in kinds))
 
 
 def _array(obj: dict, key: str, where: str, default: Any = ...) -> Any:
     """An array field (a JSON list or a typed UBJSON array)."""
-    value = _get(obj, key, where, (list, np.ndarray), default)
+    value = _get(obj, key, where, (list, np.ndarray, numbers.Unread), default)
+    if isinstance(value, numbers.Unread):
+        value = value.read()
+        if value is None:
+            raise ModelFormatError(f"{where}.{key}: expected numbers")
     if isinstance(value, list) and any(isinstance(v, (str, dict, list, type(None)))
                                        for v in value):
         raise ModelFormatError(f"{where}.{key}: expected numbers, found "
