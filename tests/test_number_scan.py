@@ -162,3 +162,33 @@ def test_first_scans_in_several_threads_build_one_scanner():
         run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                              timeout=120)
         assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr[-2000:]
+
+
+@pytest.mark.parametrize("chunk", [7, 1 << 23])
+def test_json_lists_read_in_two_halves_as_in_one(chunk, monkeypatch):
+    # Two halves at once from the first member name after a list past the middle; a
+    # string there that only looks so ('"x": "aa], "' ends in a quote after '], ') makes
+    # the first half's pass stop elsewhere, and it reads on alone. Both give the lists
+    # one pass gives.
+    monkeypatch.setattr(number_scan, "_CHUNK", chunk)
+    monkeypatch.setattr(number_scan.cores, "usable", lambda: 2)
+    rng = np.random.default_rng(3)
+    members = [f'"k{i}": {rng.integers(0, 99, size=rng.integers(1, 9)).tolist()}'
+               for i in range(400)]
+    plain = ("{" + ", ".join(members) + "}").encode()
+    middle = len(members) // 2
+    head, tail = ", ".join(members[:middle]), ", ".join(members[middle:])
+    # The middle of the text falls in the string's a's.
+    pad = "a" * (abs(len(head) - len(tail)) + 1000)
+    tricky = ("{" + head + ', "x": "' + pad + '], ", ' + tail + "}").encode()
+    for data, halves in ((plain, 2), (tricky, 1)):
+        monkeypatch.setattr(number_scan, "PARALLEL_BYTES", 1 << 40)
+        alone = number_scan.json_lists(data, skip=["k3"])
+        monkeypatch.setattr(number_scan, "PARALLEL_BYTES", 0)
+        if halves == 1:  # the split point is the string's closing quote
+            at = number_scan._split_point(data)
+            assert data[at - 4:at + 1] == b'a], "'
+        assert len(number_scan.json_list_parts(data, skip=["k3"])) == halves
+        both = number_scan.json_lists(data, skip=["k3"])
+        assert np.array_equal(both[0], alone[0]) and np.array_equal(both[1], alone[1])
+        assert (alone[1][:, 3] == number_scan.SKIPPED).sum() == 1

@@ -41,6 +41,8 @@ from typing import Any, Callable, Iterable
 import llvmlite.binding as llvm
 import numpy as np
 
+from .. import cores
+
 # Powers of ten that are exact doubles (5**22 < 2**53).
 _EXACT_POWERS = 22
 _SEPARATORS = {",": b",", " ": b" "}
@@ -619,25 +621,100 @@ def json_lists(data: bytes, step: Callable[[int], None] = lambda n: None,
     >>> json_lists(b'{"a": [1, 2.5], "b": [3]}', skip=["a"])[1][:, 3].tolist()
     [-2, 1]
     """
+    parts = json_list_parts(data, step, skip)
+    if len(parts) == 1:
+        return parts[0]
+    (first, head), (second, tail) = parts
+    tail = tail.copy()
+    tail[:, 2] += len(first)
+    return np.concatenate([first, second]), np.concatenate([head, tail])
+
+
+def json_list_parts(data: bytes, step: Callable[[int], None] = lambda n: None,
+                    skip: Iterable[str] = ()) -> list[tuple[np.ndarray, np.ndarray]]:
+    """:func:`json_lists`' answer in parts: ``(values, spans)`` of consecutive stretches
+    of ``data``, each span's values in its own part's. A document of at least
+    :data:`PARALLEL_BYTES` is read in two halves at once where two cores are free
+    (0.43 -> 0.25 s for a 185 MB model; docs/ARCHITECTURE.md "Loading big models"): the
+    second half starts at a member's name after a list (``], "``), and is kept only if
+    the first half's pass, stopped there, stops exactly there; else (the bytes were
+    inside a string) the first pass reads on alone."""
     names = _names(skip)
-    # Room for a number every 8 bytes and a list every 1 KiB, grown when a list does
-    # not fit (the pass goes on from that list): counting them first took a pass of
-    # its own (0.17 s of a 185 MB model's load). Pages not written are never touched.
-    values = np.empty(len(data) // 8 + 16)
-    spans = np.empty((len(data) // 1024 + 16, 6), dtype=np.int64)
-    # position, values used, spans used, the last string's start and end
-    state = np.zeros(5, dtype=np.int64)
-    function = _scanner()[1]
-    while state[0] < len(data):
-        before = int(state[0])
-        if function(data, len(data), before + _CHUNK, values.ctypes.data, len(values),
-                    spans.ctypes.data, len(spans), state.ctypes.data, names) < 0:
-            if state[2] == len(spans):
-                spans = _grown(spans, int(state[2]))
-            else:  # the list's values did not fit: again, if twice the room is short
-                values = _grown(values, int(state[1]))
-        step(int(state[0]) - before)
-    return values[:state[1]], spans[:state[2]]
+    split = _split_point(data) if len(data) >= PARALLEL_BYTES and cores.usable() > 1 \
+        else None
+    if split is None:
+        first = _Pass(data, names, 0, len(data) // 8)
+        first.read(len(data), step)
+        return [first.answer()]
+    first = _Pass(data, names, 0, split // 8)
+    second = _Pass(data, names, split, (len(data) - split) // 8)
+    helper = threading.Thread(target=second.read, args=(len(data),), daemon=True)
+    helper.start()
+    try:
+        first.read(split, step)
+    finally:
+        helper.join()
+    if first.at() == split:
+        step(len(data) - split)
+        return [first.answer(), second.answer()]
+    first.read(len(data), step)
+    return [first.answer()]
+
+
+# Documents from this size on are read in two halves at once (json_list_parts).
+PARALLEL_BYTES = 1 << 24
+
+
+def _split_point(data: bytes) -> int | None:
+    """Where the second half of ``data`` starts: the quote of a member's name after a
+    list, from the middle on (``],"`` or with blanks after the comma), if one of the
+    first few looks so."""
+    at = len(data) // 2
+    for _ in range(64):
+        at = data.find(b"],", at)
+        if at < 0:
+            return None
+        at += 2
+        name = len(data[at:at + 64]) - len(data[at:at + 64].lstrip())
+        if data[at + name:at + name + 1] == b'"':
+            return at + name
+    return None
+
+
+class _Pass:
+    """The scanner's pass over a stretch of a document, from ``start``, its buffers
+    grown as needed: first room for ``room`` values and a list every 1 KiB (counting
+    them first took a pass of its own, 0.17 s of a 185 MB model's load; pages not
+    written are never touched)."""
+
+    def __init__(self, data: bytes, names: bytes, start: int, room: int) -> None:
+        self.data, self.names = data, names
+        self.values = np.empty(room + 16)
+        self.spans = np.empty((room // 128 + 16, 6), dtype=np.int64)
+        # position, values used, spans used, the last string's start and end
+        self.state = np.zeros(5, dtype=np.int64)
+        self.state[0] = start
+
+    def read(self, stop: int, step: Callable[[int], None] = lambda n: None) -> None:
+        """Read on until the first token boundary at ``stop`` or after it."""
+        function = _scanner()[1]
+        data, state = self.data, self.state
+        while state[0] < stop:
+            before = int(state[0])
+            if function(data, len(data), min(before + _CHUNK, stop), self.values.ctypes.data,
+                        len(self.values), self.spans.ctypes.data, len(self.spans),
+                        state.ctypes.data, self.names) < 0:
+                if state[2] == len(self.spans):
+                    self.spans = _grown(self.spans, int(state[2]))
+                else:  # the list's values did not fit: again, if twice the room is short
+                    self.values = _grown(self.values, int(state[1]))
+            step(int(state[0]) - before)
+
+    def at(self) -> int:
+        return int(self.state[0])
+
+    def answer(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.values[:self.state[1]], self.spans[:self.state[2]]
 
 
 def _names(skip: Iterable[str]) -> bytes:

@@ -111,21 +111,22 @@ def loads_json(data: bytes, skip: Iterable[str] = ()) -> Any:
     tag = f"\x00{uuid.uuid4().hex}:"
     marker = f':"\\u0000{tag[1:]}'.encode()
     with progress.bar("reading numbers", len(data) * S_PER_BYTE, len(data), "B") as shown:
-        values, spans = number_scan.json_lists(data, shown.update, skip)
+        parts = number_scan.json_list_parts(data, shown.update, skip)
     pieces = []
     done = 0
-    for colon, end, first, count, inside, stop in spans.tolist():
-        if count >= 0:
-            arrays.append(values[first:first + count])
-        elif count == number_scan.SKIPPED:
-            arrays.append(Unread(data, inside, stop))
-        else:
-            exact = parse_numbers(data[inside:stop].decode("ascii"), ",")
-            if exact is None:
-                continue  # not JSON numbers: json.loads reads (or refuses) them
-            arrays.append(exact)
-        pieces += (data[done:colon], marker, b"%d\"" % (len(arrays) - 1))
-        done = end
+    for values, spans in parts:
+        for colon, end, first, count, inside, stop in spans.tolist():
+            if count >= 0:
+                arrays.append(values[first:first + count])
+            elif count == number_scan.SKIPPED:
+                arrays.append(Unread(data, inside, stop))
+            else:
+                exact = parse_numbers(data[inside:stop].decode("ascii"), ",")
+                if exact is None:
+                    continue  # not JSON numbers: json.loads reads (or refuses) them
+                arrays.append(exact)
+            pieces += (data[done:colon], marker, b"%d\"" % (len(arrays) - 1))
+            done = end
     if not arrays:
         return json.loads(data.decode("utf-8"))
     pieces.append(data[done:])

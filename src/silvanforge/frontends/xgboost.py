@@ -123,7 +123,8 @@ UNUSED_LISTS = ("base_weights", "loss_changes", "parents")
 
 def parse_document(data: bytes) -> dict:
     """JSON or UBJSON bytes → the model document (a dict)."""
-    head = data.lstrip()
+    # The first bytes only: slicing the whole text would copy it (0.1 s for 185 MB).
+    head = data[:64].lstrip()
     if head[:1] != b"{":
         raise ModelFormatError("an XGBoost model must start with '{' (JSON or UBJSON)")
     if head[1:].lstrip()[:1] in (b'"', b"}"):

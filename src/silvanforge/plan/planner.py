@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import cores
 from ..backends import target_info
 from ..backends.cpu import Target
 from ..errors import InputError
@@ -61,9 +62,7 @@ MIN_WALKS_PER_SLEEPING_THREAD = 120_000
 
 def default_jobs() -> int:
     """The CPUs this process may use (at most :data:`MAX_JOBS`)."""
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
-        (os.cpu_count() or 1)
-    return min(cpus, MAX_JOBS)
+    return min(cores.usable(), MAX_JOBS)
 
 
 def rows_per_thread(forest: Forest) -> int:
