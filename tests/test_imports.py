@@ -19,7 +19,7 @@ ROOT = Path(silvanforge.__file__).parent
 # The pipeline from its lowest level to its highest: a module may import its own level
 # and those below, never one above (docs/ARCHITECTURE.md, "The pipeline").
 LAYERS = [
-    ("errors", "version", "progress"),
+    ("errors", "version", "progress", "cores"),
     ("model",),
     ("reference",),
     ("frontends",),

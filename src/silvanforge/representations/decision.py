@@ -149,18 +149,29 @@ def round_up_f32(t: np.ndarray) -> np.ndarray:
 
 
 def thresholds(forest: Forest, spec: DecisionSpec, nodes: np.ndarray) -> np.ndarray:
-    """Thresholds of global ``nodes`` (-1: padding, stored as 0) in the compare type."""
+    """Thresholds of global ``nodes`` (-1: padding, stored as 0) in the compare type
+    (a leaf's is whatever its fields give: no walk compares it)."""
     real = nodes >= 0
     t = np.where(real, forest.threshold[np.maximum(nodes, 0)], 0.0)
     if spec.compare == ir.F64:
         return t
     op = np.where(real, forest.split_op[np.maximum(nodes, 0)], OP_CAT)
-    with np.errstate(over="ignore"):
-        exact = np.where(t.astype(np.float32).astype(np.float64) == t,
-                         t.astype(np.float32), np.float32(np.nan))
-    return np.select([op == OP_LT, op == OP_LE, op == OP_EQ],
-                     [round_up_f32(t), round_down_f32(t), exact],
+    # Each operator's rounding, computed only where the spec has the operator (one
+    # pass, not three, for the usual forest of one operator).
+    rounding = {OP_LT: round_up_f32, OP_LE: round_down_f32, OP_EQ: _exact_f32}
+    present = [o for o in (OP_LT, OP_LE, OP_EQ) if o in spec.ops]
+    if not present:
+        return np.zeros(len(nodes), dtype=np.float32)
+    return np.select([op == o for o in present], [rounding[o](t) for o in present],
                      np.float32(0)).astype(np.float32)
+
+
+def _exact_f32(t: np.ndarray) -> np.ndarray:
+    """Each float64 ``t`` as float32 where that is exact, else NaN (an equality no
+    float32 value meets)."""
+    with np.errstate(over="ignore"):
+        return np.where(t.astype(np.float32).astype(np.float64) == t,
+                        t.astype(np.float32), np.float32(np.nan))
 
 
 def node_arrays(forest: Forest, spec: DecisionSpec, nodes: np.ndarray, *,
