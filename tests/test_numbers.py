@@ -109,7 +109,9 @@ def test_member_lists_become_arrays_and_others_stay():
 
 
 def test_a_file_cannot_forge_a_placeholder():
-    # A string that looks like the splice's placeholders stays a string: the tag has a
-    # nonce drawn per parse.
-    doc = loads_json(b'{"a": [1], "b": "\\u0000' + b"0" * 32 + b':0"}')
-    assert isinstance(doc["b"], str) and doc["a"].tolist() == [1.0]
+    # An integer that looks like the splice's placeholders (40 digits) stays an integer:
+    # the first 30 are a nonce drawn per parse.
+    forged = b"1" + b"0" * 39
+    doc = loads_json(b'{"a": [1], "b": ' + forged + b', "c": {"d": -' + forged + b'}}')
+    assert doc["b"] == int(forged) and doc["c"]["d"] == -int(forged)
+    assert doc["a"].tolist() == [1.0]

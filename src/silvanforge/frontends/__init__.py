@@ -20,6 +20,7 @@ from typing import Any, Iterator
 
 from ..errors import ModelFormatError, SilvanForgeError, UnsupportedModelError
 from ..model.forest import Forest
+from . import number_scan
 
 # Objects are matched by the top-level package their type comes from.
 _OBJECT_FRONTENDS = {
@@ -92,6 +93,8 @@ def load(source: Any) -> Forest:
         path = os.fspath(source)
         try:
             with open(path, "rb") as fh:
+                if os.fstat(fh.fileno()).st_size >= number_scan.PREPARE_BYTES:
+                    number_scan.prepare()  # built while the file is read
                 data = fh.read()
         except OSError as exc:
             raise ModelFormatError(f"{path}: cannot read the model file: "

@@ -583,6 +583,18 @@ def _build_scanner() -> tuple[Any, Any, Any]:
             lists_kind(engine.get_function_address("lists")), engine)
 
 
+# Model files from this size on have the scanner built while they are read (prepare):
+# building it takes ~0.07 s, reading a 185 MB file ~0.12 s.
+PREPARE_BYTES = 1 << 22
+
+
+def prepare() -> None:
+    """Build the scanner in a thread of its own, if not built yet (LLVM's work and a
+    file's read both run without the GIL)."""
+    if _build_scanner.cache_info().currsize == 0:
+        threading.Thread(target=_scanner, daemon=True).start()
+
+
 def scan(text: str, sep: str) -> np.ndarray | None:
     """float64 values of ``text`` (numbers separated by ``sep``, "," or " ", no
     leading or trailing blanks) when every number is read exactly the fast way, else

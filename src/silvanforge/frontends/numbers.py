@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import re
-import uuid
+import secrets
 import warnings
 from typing import Any, Iterable
 
@@ -98,9 +98,11 @@ def loads_json(data: bytes, skip: Iterable[str] = ()) -> Any:
     way to pass over fields it seldom uses).
 
     The lists are found and read in one native pass (:func:`.number_scan.json_lists`)
-    and cut out of the text (each replaced by a placeholder string that names it with a
-    nonce no file can know); the rest, a small document of objects, strings and short
-    lists, goes to ``json.loads``, and an object hook puts the arrays back in place.
+    and cut out of the text, each replaced by a placeholder: an integer of 40 digits, a
+    nonce drawn per call (which no file can know) then the list's index; the rest, a
+    small document of objects, strings and short lists, goes to ``json.loads``, whose
+    integer hook puts the arrays in place (placeholder strings and an object hook over
+    every member took twice as long: 0.13 s of a 185 MB model's load).
 
     >>> loads_json(b'{"a": [1, 2.5], "b": "[3]", "c": [[1]]}')
     {'a': array([1. , 2.5]), 'b': '[3]', 'c': [[1]]}
@@ -108,8 +110,8 @@ def loads_json(data: bytes, skip: Iterable[str] = ()) -> Any:
     {'a': Unread(6 bytes), 'b': array([3.])}
     """
     arrays: list[np.ndarray | Unread] = []
-    tag = f"\x00{uuid.uuid4().hex}:"
-    marker = f':"\\u0000{tag[1:]}'.encode()
+    nonce = str(secrets.randbelow(9 * 10**29) + 10**29)  # 30 digits, the first not 0
+    marker = f":{nonce}".encode()
     with progress.bar("reading numbers", len(data) * S_PER_BYTE, len(data), "B") as shown:
         parts = number_scan.json_list_parts(data, shown.update, skip)
     pieces = []
@@ -125,17 +127,17 @@ def loads_json(data: bytes, skip: Iterable[str] = ()) -> Any:
                 if exact is None:
                     continue  # not JSON numbers: json.loads reads (or refuses) them
                 arrays.append(exact)
-            pieces += (data[done:colon], marker, b"%d\"" % (len(arrays) - 1))
+            pieces += (data[done:colon], marker, b"%010d" % (len(arrays) - 1))
             done = end
     if not arrays:
         return json.loads(data.decode("utf-8"))
     pieces.append(data[done:])
+    width = len(nonce) + 10
 
-    def restore(members: dict) -> dict:
-        for key, value in members.items():
-            if isinstance(value, str) and value.startswith(tag):
-                members[key] = arrays[int(value[len(tag):])]
-        return members
+    def integer(text: str) -> Any:
+        if len(text) == width and text.startswith(nonce):
+            return arrays[int(text[len(nonce):])]
+        return int(text)
 
     # The lists cut out are ASCII: the rest is UTF-8 exactly when the whole is.
-    return json.loads(b"".join(pieces).decode("utf-8"), object_hook=restore)
+    return json.loads(b"".join(pieces).decode("utf-8"), parse_int=integer)
