@@ -89,6 +89,29 @@ def test_the_fast_instruction_selector_is_chosen_per_build(two_cores):
     assert [obj for obj, _ in job.finish(_BRANCHES)] == [full, full]
 
 
+def test_work_meanwhile_runs_while_the_main_module_builds(two_cores):
+    # The caller's work runs in this thread while the home worker builds: the same
+    # objects come back; its failure, or the build's, is raised once both are over.
+    texts = [_module_text(f"m{i}", 0.25 + i) for i in range(2)]
+    ran = []
+    job = build.ParallelBuild(*ARGS)
+    job.submit(texts[1])
+    built = job.finish(texts[0], meanwhile=lambda: ran.append(threading.get_ident()))
+    assert ran == [threading.get_ident()]
+    assert [obj for obj, _ in built] == [build.build_object(t, *ARGS)[0] for t in texts]
+
+    def fail() -> None:
+        raise KeyError("meanwhile")
+
+    job = build.ParallelBuild(*ARGS)
+    with pytest.raises(KeyError, match="meanwhile"):
+        job.finish(texts[0], meanwhile=fail)
+    job = build.ParallelBuild(*ARGS)
+    with pytest.raises(build.BuildError):
+        job.finish("define void @f() { ret i64 0 }", meanwhile=lambda: ran.append(1))
+    assert ran[-1] == 1
+
+
 def test_invalid_ir_is_a_build_error_in_a_worker_and_here(two_cores):
     job = build.ParallelBuild(*ARGS)
     job.submit("define void @f() { ret i64 0 }")

@@ -25,6 +25,7 @@ from silvanforge.model.inputs import as_matrix
 from silvanforge.representations import REGISTRY
 from silvanforge.representations.array import MAX_SLOTS, WINDOW_PAD
 from silvanforge.representations.decision import round_down_f32, round_up_f32
+from silvanforge.representations.tables import _LIR_TYPES
 from silvanforge.representations.tiled import TILED
 from silvanforge.hir import MAX_TILE_SIZE, tile_uniform
 
@@ -186,6 +187,28 @@ def test_walk_matches_reference(name, forest, seed):
                 REGISTRY[name](forest, precision)
             continue
         check_against_reference(REGISTRY[name](forest, precision), rows)
+
+
+@pytest.mark.parametrize("name", sorted(REGISTRY))
+@settings(max_examples=25)
+@given(forest=forests())
+def test_buffer_types_are_known_before_the_tables_fill(name, forest):
+    # A kernel is lowered from the types alone while a layout may fill its tables
+    # later (array, reorg: while the kernels build): what it promised is what it makes.
+    for precision in ("float64", "float32")[:1 + (forest.input_dtype == np.float32)]:
+        rep = REGISTRY[name](forest, precision)
+        promised = [(p.name, p.dtype) for p in rep.params]
+        if name in ("array", "reorg"):
+            assert rep._later is not None  # not filled by the constructor
+        made = [(n, _LIR_TYPES[a.dtype]) for n, a in rep.buffers.items()]
+        assert made == promised
+
+
+def test_a_fill_that_breaks_its_promise_is_caught():
+    rep = REGISTRY["array"](small_forest())
+    rep._types["model_leaf_value"] = np.dtype(np.float32)  # the fill makes float64
+    with pytest.raises(RuntimeError, match="promised"):
+        rep.buffers
 
 
 # ---- layouts ------------------------------------------------------------------------

@@ -137,17 +137,19 @@ class LevelOrderRepresentation(TableRepresentation):
         """Tables of trees padded to ``depths``; ``slot_of(tree, position)`` places a
         tree's level-order position among ``n_slots`` slots (tree ``t``'s from
         ``tree_starts[t]`` on, when trees are stored apart)."""
-        position, nodes = pushed_down(self.forest, depths)
-        tree_of_node = np.repeat(np.arange(self.forest.n_trees), self.forest.tree_sizes)
-        slot_nodes = np.full(n_slots, -1, dtype=np.int64)
-        slot_nodes[slot_of(tree_of_node[nodes], position)] = nodes
-        self._fill(slot_nodes, None if tree_starts is None else (tree_starts, n_slots))
+        trees = None if tree_starts is None else (tree_starts, n_slots)
 
-    def _fill(self, slot_nodes: np.ndarray,
-              trees: tuple[np.ndarray, int] | None = None) -> None:
-        self._add(decision.node_arrays(self.forest, self.spec, slot_nodes, leaf_bit=True),
-                  trees)
-        self._add(leaves.leaf_arrays(self.forest, slot_nodes, self.precision), trees)
+        def fill() -> list[tuple[dict[str, np.ndarray], tuple[np.ndarray, int] | None]]:
+            position, nodes = pushed_down(self.forest, depths)
+            tree_of_node = np.repeat(np.arange(self.forest.n_trees), self.forest.tree_sizes)
+            slot_nodes = np.full(n_slots, -1, dtype=np.int64)
+            slot_nodes[slot_of(tree_of_node[nodes], position)] = nodes
+            return [(decision.node_arrays(self.forest, self.spec, slot_nodes, leaf_bit=True),
+                     trees),
+                    (leaves.leaf_arrays(self.forest, slot_nodes, self.precision), trees)]
+
+        self._add_later({**decision.node_fields(self.forest, self.spec, leaf_bit=True),
+                         **leaves.leaf_fields(self.forest, self.precision)}, fill)
 
     def is_leaf(self, tree: ir.Expr, node: ir.Expr) -> ir.Expr:
         return decision.is_leaf_flag(self._load("flags", node))

@@ -174,19 +174,39 @@ def _exact_f32(t: np.ndarray) -> np.ndarray:
                         t.astype(np.float32), np.float32(np.nan))
 
 
-def node_arrays(forest: Forest, spec: DecisionSpec, nodes: np.ndarray, *,
-                leaf_bit: bool) -> dict[str, np.ndarray]:
-    """The per-slot split fields for global ``nodes`` (-1 marks padding).
+def node_fields(forest: Forest, spec: DecisionSpec, *, leaf_bit: bool
+                ) -> dict[str, np.dtype]:
+    """The split fields :func:`node_arrays` makes, and their types: known before any
+    table is filled (a layout's kernel is lowered while its tables fill).
 
     ``flags`` is present when the test needs it or ``leaf_bit`` is asked for (layouts that
-    tell leaves by a flag); category fields only for forests with categorical splits.
+    tell leaves by a flag); category fields only for forests with categorical splits
+    whose sets are not masks.
     """
+    fields = {"feature": np.dtype(np.int32),
+              "threshold": np.dtype(np.float32 if spec.compare == ir.F32 else np.float64)}
+    if spec.needs_flags or leaf_bit:
+        fields["flags"] = np.dtype(np.int8)
+    if spec.has_categorical and not spec.category_mask:
+        if len(forest.cat_bitset) >= 2**31 - 1:
+            raise SilvanForgeError("category bitsets of 2^31 words or more are not "
+                                   "supported")
+        fields.update(dict.fromkeys(("cat_offset", "cat_words", "cat_bitset"),
+                                    np.dtype(np.int32)))
+    return fields
+
+
+def node_arrays(forest: Forest, spec: DecisionSpec, nodes: np.ndarray, *,
+                leaf_bit: bool) -> dict[str, np.ndarray]:
+    """The per-slot split fields for global ``nodes`` (-1 marks padding): those of
+    :func:`node_fields`."""
+    fields = node_fields(forest, spec, leaf_bit=leaf_bit)
     real = nodes >= 0
     n = np.maximum(nodes, 0)
     leaf = real & forest.is_leaf[n]
     split = real & ~leaf
     threshold = np.where(split, thresholds(forest, spec, nodes), 0) \
-        .astype(np.float32 if spec.compare == ir.F32 else np.float64)
+        .astype(fields["threshold"])
     if spec.category_mask:
         # The mask's bits, not its value: a view, never a conversion (which could quiet
         # a mask that reads as a signalling NaN).
@@ -195,15 +215,12 @@ def node_arrays(forest: Forest, spec: DecisionSpec, nodes: np.ndarray, *,
         bits[cat] = category_masks(forest, nodes, spec.compare.bits)[cat]
     arrays = {"feature": np.where(split, forest.feature[n], 0).astype(np.int32),
               "threshold": threshold}
-    if spec.needs_flags or leaf_bit:
+    if "flags" in fields:
         flags = (forest.split_op[n].astype(np.int32) << OP_SHIFT
                  | forest.missing[n].astype(np.int32) << MISSING_SHIFT
                  | forest.default_left[n].astype(np.int32) << DEFAULT_LEFT_BIT)
         arrays["flags"] = (np.where(split, flags, 0) | leaf << LEAF_BIT).astype(np.int8)
-    if spec.has_categorical and not spec.category_mask:
-        if len(forest.cat_bitset) >= 2**31 - 1:
-            raise SilvanForgeError("category bitsets of 2^31 words or more are not "
-                                   "supported")
+    if "cat_bitset" in fields:
         cat = split & (forest.split_op[n] == OP_CAT)
         arrays["cat_offset"] = np.where(cat, forest.cat_offset[n], 0).astype(np.int32)
         arrays["cat_words"] = np.where(cat, forest.cat_words[n], 0).astype(np.int32)

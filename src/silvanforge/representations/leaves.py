@@ -27,19 +27,32 @@ def max_linear_terms(forest: Forest) -> int:
     return int(forest.linear.count.max(initial=0)) if forest.linear is not None else 0
 
 
+def leaf_fields(forest: Forest, precision: str = "float64") -> dict[str, np.dtype]:
+    """The tables :func:`leaf_arrays` makes, and their types: known before any table is
+    filled. Leaf values are float32 at that precision when every leaf's is a float32
+    exactly."""
+    value = forest.leaf_value[forest.is_leaf]
+    narrow = False
+    if precision == "float32":
+        with np.errstate(over="ignore"):
+            narrow = np.array_equal(value.astype(np.float32).astype(np.float64), value)
+    fields = {"leaf_value": np.dtype(np.float32 if narrow else np.float64)}
+    if forest.linear is not None:
+        fields.update({"lin_offset": np.dtype(np.int32), "lin_count": np.dtype(np.int32),
+                       "lin_const": np.dtype(np.float64), "lin_feature": np.dtype(np.int32),
+                       "lin_coeff": np.dtype(np.float64)})
+    return fields
+
+
 def leaf_arrays(forest: Forest, nodes: np.ndarray, precision: str = "float64"
                 ) -> dict[str, np.ndarray]:
-    """Leaf tables for slots holding global ``nodes``; non-leaf slots (internal nodes,
-    padding -1) hold zeros."""
+    """Leaf tables for slots holding global ``nodes`` (those of :func:`leaf_fields`);
+    non-leaf slots (internal nodes, padding -1) hold zeros."""
+    fields = leaf_fields(forest, precision)
     n = np.maximum(nodes, 0)
     leaf = (nodes >= 0) & forest.is_leaf[n]
     values = np.where(leaf[:, None], forest.leaf_value[n], 0.0).reshape(-1)
-    if precision == "float32":
-        with np.errstate(over="ignore"):
-            narrow = values.astype(np.float32)
-        if np.array_equal(narrow.astype(np.float64), values):
-            values = narrow
-    arrays = {"leaf_value": values}
+    arrays = {"leaf_value": values.astype(fields["leaf_value"], copy=False)}
     lin = forest.linear
     if lin is not None:
         pad = max_linear_terms(forest)

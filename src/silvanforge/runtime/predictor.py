@@ -38,7 +38,7 @@ import tokenize
 import warnings
 import zipfile
 from dataclasses import replace
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -87,8 +87,7 @@ class _Kernel:
     """One schedule's compiled code: MIR, LIR and machine code."""
 
     def __init__(self, forest: Forest, representation: Any, schedule: Schedule,
-                 object_code: tuple[bytes, ...] | None, target: Target | None,
-                 model_args: list[int]) -> None:
+                 object_code: tuple[bytes, ...] | None, target: Target | None) -> None:
         self.schedule = schedule
         self.mir = mir_lower(forest, schedule)
         self.lir = lir_lower.lower(self.mir, forest, representation)
@@ -100,29 +99,34 @@ class _Kernel:
                                                        self.lir.params)
             except BackendError as exc:
                 warnings.warn(f"recompiling: {exc}", stacklevel=4)
-        self._entry = (model_args, RowsLayout(forest.n_features, forest.input_dtype,
-                                              HOLD_GIL_WALKS // max(1, forest.n_trees)))
+        self._rows = RowsLayout(forest.n_features, forest.input_dtype,
+                                HOLD_GIL_WALKS // max(1, forest.n_trees))
 
-    def bind(self, code: CompiledKernel | None = None) -> None:
-        """Take ``code`` (when the kernel was not reloaded) and build the entry. The
-        model buffers never change: they are bound into the entry once. The entry
-        checks the rows itself (the module docstring of backends/cpu/entry.py)."""
+    def bind(self, model_args: list[int], code: CompiledKernel | None = None) -> None:
+        """Take ``code`` (when the kernel was not reloaded) and build the entry over the
+        model buffers at ``model_args``. The model buffers never change: they are bound
+        into the entry once. The entry checks the rows itself (the module docstring of
+        backends/cpu/entry.py)."""
         self.code = code or self.code
-        self.call = self.code.entry(*self._entry)
+        self.call = self.code.entry(model_args, self._rows)
 
 
-def _compiled(kernels: list[_Kernel], plan: Plan) -> None:
+def _compiled(kernels: list[_Kernel], plan: Plan, model_args: Callable[[], list[int]]
+              ) -> None:
     """Compile the kernels that were not reloaded, together (the small-batch kernel by
-    a worker while this process builds the main one), and bind every kernel."""
+    a worker while this process builds the main one), and bind every kernel to the
+    model buffers ``model_args()`` gives (asked for while the workers build: the
+    representation may fill its tables only then)."""
     todo = [k for k in kernels if k.code is None]
     if todo:
         guard.check(f"{len(todo)} kernel(s) of a {plan.representation} plan")
     layout = REGISTRY[plan.representation]
     codes = compile_kernels([k.lir for k in todo], opt=layout.llvm_opt,
-                            target=cpu_target(plan.cpu),
-                            fast_isel=layout.llvm_fast_isel) if todo else []
+                            target=cpu_target(plan.cpu), fast_isel=layout.llvm_fast_isel,
+                            meanwhile=model_args) if todo else []
+    args = model_args()
     for kernel in kernels:
-        kernel.bind(codes.pop(0) if kernel.code is None else None)
+        kernel.bind(args, codes.pop(0) if kernel.code is None else None)
 
 
 def _code_members(prefix: str, codes: list[tuple[bytes, ...]]) -> dict[str, np.ndarray]:
@@ -166,13 +170,11 @@ class Predictor(ForestShape):
         if len(object_code) < len(plan.schedules):  # a build: its workers start meanwhile
             start_workers()
         self.representation = build_representation(plan)
-        self._model_arrays = model_arrays(forest, self.representation)
-        addresses = [a.ctypes.data for a in self._model_arrays]
         codes = list(object_code) + [None] * (len(plan.schedules) - len(object_code))
         with gc_pause.paused():  # lowering builds many objects (even when loading)
             start = time.perf_counter()
-            kernels = [_Kernel(forest, self.representation, schedule, code, built_for,
-                               addresses) for schedule, code in zip(plan.schedules, codes)]
+            kernels = [_Kernel(forest, self.representation, schedule, code, built_for)
+                       for schedule, code in zip(plan.schedules, codes)]
             lowered = time.perf_counter()
             log.info("lower to MIR and LIR: %d kernel(s) (%.2f s)", len(kernels),
                      lowered - start)
@@ -181,7 +183,7 @@ class Predictor(ForestShape):
                     log.debug("kernel %s: MIR %d lines, LIR %d lines", k.lir.name,
                               print_mir(k.mir).count("\n"), print_lir(k.lir).count("\n"))
             built = sum(k.code is None for k in kernels)  # the others were reloaded
-            _compiled(kernels, plan)
+            _compiled(kernels, plan, self._bound_arrays)
             log.info("LLVM build: %d kernel(s), %d reloaded (%.2f s)", built,
                      len(kernels) - built, time.perf_counter() - lowered)
         self._main = kernels[0]
@@ -224,6 +226,13 @@ class Predictor(ForestShape):
         return self._main.code
 
     # ---- the user surface ----------------------------------------------------------------
+    def _bound_arrays(self) -> list[int]:
+        """The model buffers' addresses, as the kernels take them (made on the first
+        call, and held for the predictor's life)."""
+        if not hasattr(self, "_model_arrays"):
+            self._model_arrays = model_arrays(self.forest, self.representation)
+        return [a.ctypes.data for a in self._model_arrays]
+
     def predict(self, X: Any, output: str = _VALUE, n_jobs: int | None = None) -> np.ndarray:
         """Predict like the source library (the conventions of ``reference.predict``).
 

@@ -188,13 +188,34 @@ class ParallelBuild:
         for thread in self.workers:
             thread.join()
 
-    def finish(self, main: str,
-               progress: Callable[[], object] | None = None) -> list[tuple[bytes, str]]:
+    def finish(self, main: str, progress: Callable[[], object] | None = None,
+               meanwhile: Callable[[], object] | None = None) -> list[tuple[bytes, str]]:
         """Build ``main`` here, and the submitted modules no worker has started; wait
         for the others: (object, optimised IR) of ``main``, then of each submitted
-        module in order. ``progress`` is called as each module is done (in order)."""
+        module in order. ``progress`` is called as each module is done (in order).
+        ``meanwhile``, the caller's work that needs no code, runs while ``main`` builds
+        (a thread waits for it; the build itself is the home worker's)."""
         self.close()
-        results = [build(main, *self.target)]
+        if meanwhile is None:
+            results = [build(main, *self.target)]
+        else:
+            answer: list = []
+
+            def wait() -> None:
+                try:
+                    answer.append(build(main, *self.target))
+                except BaseException as exc:  # noqa: BLE001 - raised again below
+                    answer.append(exc)
+
+            waiter = threading.Thread(target=wait, daemon=True)
+            waiter.start()
+            try:
+                meanwhile()
+            finally:
+                waiter.join()
+            if isinstance(answer[0], BaseException):
+                raise answer[0]
+            results = [answer[0]]
         if progress is not None:
             progress()
         while True:

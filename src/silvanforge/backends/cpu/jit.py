@@ -122,20 +122,25 @@ def render_kernel(kernel: ir.Kernel, target: Target, pieces: "_Pieces | None" = 
 
 
 def compile_kernels(kernels: Sequence[ir.Kernel], *, opt: int = 2,
-                    target: Target | None = None,
-                    fast_isel: bool = False) -> list["CompiledKernel"]:
+                    target: Target | None = None, fast_isel: bool = False,
+                    meanwhile: Callable[[], object] | None = None
+                    ) -> list["CompiledKernel"]:
     """Compile several kernels for ``target`` (default: the host CPU) at level ``opt``
     (and ``fast_isel``, as :func:`compile_kernel`):
     each after the first is built by a
     worker process while this one builds the first (a predictor's main and small-batch
     kernels), where the machine has more than one core; one kernel is
-    :func:`compile_kernel`'s (its own pieces in parallel).
+    :func:`compile_kernel`'s (its own pieces in parallel). ``meanwhile`` (work of the
+    caller's that needs no code) runs while the workers build, or first where there
+    are none.
 
     >>> ks = [ir.Kernel(name, [], []) for name in ("a", "b")]
     >>> [k.name for k in compile_kernels(ks)]
     ['a', 'b']
     """
     if len(kernels) < 2 or build.cores() < 2:
+        if meanwhile is not None:
+            meanwhile()
         return [compile_kernel(k, opt=opt, target=target, fast_isel=fast_isel)
                 for k in kernels]
     target = target or Target.host()
@@ -150,7 +155,7 @@ def compile_kernels(kernels: Sequence[ir.Kernel], *, opt: int = 2,
         seconds = max(sizes) * LLVM_S_PER_INSTRUCTION
         with _progress("LLVM build of " + ", ".join(k.name for k in kernels), seconds,
                        len(kernels)) as bar:
-            built = job.finish(modules[0], bar.update)
+            built = job.finish(modules[0], bar.update, meanwhile)
     except build.BuildError as exc:
         raise BackendError(f"kernels {', '.join(k.name for k in kernels)}: invalid LLVM "
                            f"IR: {exc}") from None
