@@ -2,13 +2,16 @@
 
     python benchmarks/compile_scale.py [--trees 100 300 1000 3000 10000] [--out DIR]
                                        [--lightgbm-code] [--lightgbm-leaves 31 63 ...]
+                                       [--rounds 1]
 
 XGBoost JSON models of depth 8 and 100 .. 10,000 trees: 100 trees are trained on
 synthetic data, larger models repeat them (the same per-tree work as trained trees; a
 10,000-tree training would take longer than the benchmark). Each model is loaded and
 compiled (SilvanForge's default plan) in a fresh process, which reports wall and CPU
 seconds for ``load`` and ``compile`` and its peak RSS; XGBoost loads the same file in
-another fresh process (``xgboost.Booster(model_file=...)``), as the yardstick. With
+another fresh process (``xgboost.Booster(model_file=...)``), as the yardstick; with
+``--rounds R``, R times each, SilvanForge and XGBoost in turn, and the table holds the
+medians and the median of the rounds' ratios (load + compile over XGBoost's load). With
 ``--lightgbm-code``, also a LightGBM model of 500 trees x 255 leaves compiled with the
 default plan and with ``representation="code"``; with ``--lightgbm-leaves``, 100-tree
 LightGBM models of those leaf counts, both ways (issue 27's second for 100 trees).
@@ -69,6 +72,12 @@ def _run(code: str, *args: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def _medians(runs: list[dict]) -> dict:
+    """Each number's median over ``runs`` (other fields: the first run's)."""
+    return {k: float(np.median([r[k] for r in runs])) if isinstance(v, float) else v
+            for k, v in runs[0].items()}
+
+
 def xgboost_model(n_trees: int, folder: str) -> str:
     """A depth-8 binary:logistic model of ``n_trees`` trees (100 trained, repeated)."""
     import xgboost as xgb
@@ -112,10 +121,10 @@ def lightgbm_model(folder: str, trees: int = 500, leaves: int = 255) -> str:
 def markdown(rows: list[dict]) -> str:
     out = ["| model | nodes | file MB | representation | load s (CPU) | compile s (CPU, "
            "main process) | load + compile s | peak RSS MB | XGBoost load s | "
-           "XGBoost peak MB |", "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
+           "XGBoost peak MB | ratio |", "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
-        xgb = (f"{r['xgboost']['load_s']:.2f} | {r['xgboost']['peak_mb']:.0f}"
-               if r.get("xgboost") else "- | -")
+        xgb = (f"{r['xgboost']['load_s']:.2f} | {r['xgboost']['peak_mb']:.0f} | "
+               f"{r['ratio']:.2f}" if r.get("xgboost") else "- | - | -")
         out.append(f"| {r['model']} | {r['nodes']} | {r['file_mb']:.1f} | "
                    f"{r['representation']} | {r['load_s']:.2f} ({r['load_cpu_s']:.2f}) | "
                    f"{r['compile_s']:.2f} ({r['compile_cpu_s']:.2f}) | "
@@ -155,11 +164,13 @@ def main(argv=None) -> int:
     parser.add_argument("--trees", type=int, nargs="+", default=[100, 300, 1000, 3000, 10000])
     parser.add_argument("--lightgbm-code", action="store_true")
     parser.add_argument("--lightgbm-leaves", type=int, nargs="*", default=[])
+    parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--out", default=os.path.join(HERE, "results"))
     args = parser.parse_args(argv)
     # The models (~280 MB for the default sizes) are removed when the run ends.
     with tempfile.TemporaryDirectory(prefix="sf-compile-scale-") as folder:
-        rows = measure(args.trees, args.lightgbm_code, args.lightgbm_leaves, folder)
+        rows = measure(args.trees, args.lightgbm_code, args.lightgbm_leaves, folder,
+                       args.rounds)
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "compile_scale.json"), "w") as fh:
         json.dump({"cpu": platform.processor() or platform.machine(),
@@ -174,14 +185,21 @@ def main(argv=None) -> int:
 
 
 def measure(trees: list[int], lightgbm_code: bool, leaves: list[int],
-            folder: str) -> list[dict]:
-    """A row of measurements for each model, the models written to ``folder``."""
+            folder: str, rounds: int = 1) -> list[dict]:
+    """A row of measurements for each model, the models written to ``folder``; the
+    XGBoost models' rows are medians of ``rounds`` runs, ours and XGBoost's in turn."""
     rows = []
     for n in trees:
         path = xgboost_model(n, folder)
+        ours, theirs = [], []
+        for _ in range(rounds):
+            ours.append(_run(_SILVANFORGE, path, "{}"))
+            theirs.append(_run(_XGBOOST, path))
+        ratios = [(o["load_s"] + o["compile_s"]) / t["load_s"] for o, t in zip(ours, theirs)]
         row = {"model": f"xgboost {n} trees", "trees": n,
-               "file_mb": os.path.getsize(path) / 2**20, **_run(_SILVANFORGE, path, "{}"),
-               "xgboost": _run(_XGBOOST, path)}
+               "file_mb": os.path.getsize(path) / 2**20, **_medians(ours),
+               "xgboost": _medians(theirs), "ratio": float(np.median(ratios)),
+               "rounds": {"silvanforge": ours, "xgboost": theirs, "ratios": ratios}}
         rows.append(row)
         print(markdown([row]).splitlines()[-1], flush=True)
     shapes = [(100, n) for n in leaves] + ([(500, 255)] if lightgbm_code else [])
