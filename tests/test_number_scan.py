@@ -4,6 +4,7 @@ declines; it takes the numbers XGBoost writes."""
 import subprocess
 import sys
 import textwrap
+import threading
 
 import numpy as np
 import pytest
@@ -192,3 +193,31 @@ def test_json_lists_read_in_two_halves_as_in_one(chunk, monkeypatch):
         both = number_scan.json_lists(data, skip=["k3"])
         assert np.array_equal(both[0], alone[0]) and np.array_equal(both[1], alone[1])
         assert (alone[1][:, 3] == number_scan.SKIPPED).sum() == 1
+
+
+def test_a_failure_in_the_second_half_is_raised(monkeypatch):
+    # The second half's pass runs in a thread: what stops it (here, no memory for a
+    # bigger buffer) stops the load, not a silent half.
+    monkeypatch.setattr(number_scan, "PARALLEL_BYTES", 0)
+    monkeypatch.setattr(number_scan.cores, "usable", lambda: 2)
+    data = ("{" + ", ".join(f'"k{i}": {list(range(50))}' for i in range(200)) + "}").encode()
+    split = number_scan._split_point(data)
+    grown = number_scan._grown
+
+    def failing(buffer, used):
+        if threading.current_thread() is not threading.main_thread():
+            raise MemoryError("no room")
+        return grown(buffer, used)
+
+    monkeypatch.setattr(number_scan, "_grown", failing)
+    monkeypatch.setattr(number_scan._Pass, "__init__", _tight(number_scan._Pass.__init__))
+    with pytest.raises(MemoryError, match="no room"):
+        number_scan.json_list_parts(data)
+    assert split is not None
+
+
+def _tight(init):
+    """_Pass.__init__ with room for 8 values: every pass must grow its buffer."""
+    def tight(self, data, names, start, room):
+        init(self, data, names, start, 8)
+    return tight

@@ -660,13 +660,15 @@ def json_list_parts(data: bytes, step: Callable[[int], None] = lambda n: None,
         return [first.answer()]
     first = _Pass(data, names, 0, split // 8)
     second = _Pass(data, names, split, (len(data) - split) // 8)
-    helper = threading.Thread(target=second.read, args=(len(data),), daemon=True)
+    helper = threading.Thread(target=second.read_apart, args=(len(data),), daemon=True)
     helper.start()
     try:
         first.read(split, step)
     finally:
         helper.join()
     if first.at() == split:
+        if second.error is not None:
+            raise second.error
         step(len(data) - split)
         return [first.answer(), second.answer()]
     first.read(len(data), step)
@@ -706,6 +708,7 @@ class _Pass:
         # position, values used, spans used, the last string's start and end
         self.state = np.zeros(5, dtype=np.int64)
         self.state[0] = start
+        self.error: BaseException | None = None  # of read_apart
 
     def read(self, stop: int, step: Callable[[int], None] = lambda n: None) -> None:
         """Read on until the first token boundary at ``stop`` or after it."""
@@ -721,6 +724,13 @@ class _Pass:
                 else:  # the list's values did not fit: again, if twice the room is short
                     self.values = _grown(self.values, int(state[1]))
             step(int(state[0]) - before)
+
+    def read_apart(self, stop: int) -> None:
+        """:meth:`read`, in a thread of its own: what it raises is kept in ``error``."""
+        try:
+            self.read(stop)
+        except BaseException as exc:  # noqa: BLE001 - raised by the caller
+            self.error = exc
 
     def at(self) -> int:
         return int(self.state[0])
