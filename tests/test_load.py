@@ -132,3 +132,32 @@ def test_loads_run_with_numpy_huge_pages_off_and_restore_them(monkeypatch):
     with pytest.raises(SilvanForgeError):
         silvanforge.load(data)
     assert switch(True) is True
+
+
+def test_no_thread_of_a_load_outlives_it(tmp_path):
+    # A file from PREPARE_BYTES on has the number scanner built in a thread while it is
+    # read; the load joins it, whatever the format (a fork right after a load must not
+    # copy the scanner's lock held). Fresh interpreters: the scanner is not built yet.
+    import subprocess
+    import sys
+    import textwrap
+
+    import xgboost
+
+    booster = xgboost.train({"max_depth": 2}, xgboost.DMatrix(np.eye(4), np.arange(4)), 2)
+    ubj = tmp_path / "model.ubj"
+    booster.save_model(str(ubj))
+    examples = os.path.join(os.path.dirname(silvanforge.__file__), "examples")
+    for path in (os.path.join(examples, "xgboost_classifier.json"), str(ubj)):
+        script = textwrap.dedent(f"""
+            import threading
+            from silvanforge.frontends import number_scan
+            number_scan.PREPARE_BYTES = 0
+            import silvanforge
+            silvanforge.load({path!r})
+            print(threading.active_count(), number_scan._build_scanner.cache_info().currsize)
+        """)
+        run = subprocess.run([sys.executable, "-c", script], capture_output=True,
+                             text=True, timeout=120)
+        assert run.returncode == 0, run.stderr[-2000:]
+        assert run.stdout.split() == ["1", "1"]  # the scanner built, its thread gone

@@ -91,15 +91,20 @@ def load(source: Any) -> Forest:
         return source
     if isinstance(source, (str, os.PathLike)):
         path = os.fspath(source)
+        scanner = None
         try:
-            with open(path, "rb") as fh:
-                if os.fstat(fh.fileno()).st_size >= number_scan.PREPARE_BYTES:
-                    number_scan.prepare()  # built while the file is read
-                data = fh.read()
-        except OSError as exc:
-            raise ModelFormatError(f"{path}: cannot read the model file: "
-                                   f"{exc.strerror or exc}") from None
-        return _guarded(path, lambda: _load_bytes(data))
+            try:
+                with open(path, "rb") as fh:
+                    if os.fstat(fh.fileno()).st_size >= number_scan.PREPARE_BYTES:
+                        scanner = number_scan.prepare()  # built while the file is read
+                    data = fh.read()
+            except OSError as exc:
+                raise ModelFormatError(f"{path}: cannot read the model file: "
+                                       f"{exc.strerror or exc}") from None
+            return _guarded(path, lambda: _load_bytes(data))
+        finally:
+            if scanner is not None:
+                scanner.join()
     if isinstance(source, (bytes, bytearray, memoryview)):
         data = bytes(source)
         return _guarded("model bytes", lambda: _load_bytes(data))

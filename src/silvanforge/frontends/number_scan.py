@@ -588,11 +588,16 @@ def _build_scanner() -> tuple[Any, Any, Any]:
 PREPARE_BYTES = 1 << 22
 
 
-def prepare() -> None:
+def prepare() -> threading.Thread | None:
     """Build the scanner in a thread of its own, if not built yet (LLVM's work and a
-    file's read both run without the GIL)."""
-    if _build_scanner.cache_info().currsize == 0:
-        threading.Thread(target=_scanner, daemon=True).start()
+    file's read both run without the GIL): the thread, for the caller to join before it
+    returns (no thread of a load outlives it: a fork meanwhile would copy the scanner's
+    lock held)."""
+    if _build_scanner.cache_info().currsize:
+        return None
+    thread = threading.Thread(target=_scanner, daemon=True)
+    thread.start()
+    return thread
 
 
 def scan(text: str, sep: str) -> np.ndarray | None:
