@@ -757,3 +757,13 @@ def test_trees_at_once_refuse_what_one_by_one_refuses(data):
     """Whatever a damaged file holds, reading its trees at once ends as reading them
     one by one does: the same Forest or the same error."""
     _assert_same(_outcome(data), _one_by_one(data))
+
+
+def test_blanks_before_and_inside_the_first_brace_are_json():
+    # JSON or UBJSON is told by the first bytes that are not blanks, however many
+    # blanks come first (found without copying the text).
+    booster = _train({"max_depth": 2}, Y_REG, rounds=2)
+    text = bytes(booster.save_raw("json"))
+    for blanked in (b" \n\t\r" * 100 + text, text.replace(b"{", b"{" + b" " * 300, 1)):
+        assert_parity(reference.predict(fx.load_bytes(blanked), X),
+                      booster.inplace_predict(X))
