@@ -199,31 +199,40 @@ def node_fields(forest: Forest, spec: DecisionSpec, *, leaf_bit: bool
 def node_arrays(forest: Forest, spec: DecisionSpec, nodes: np.ndarray, *,
                 leaf_bit: bool) -> dict[str, np.ndarray]:
     """The per-slot split fields for global ``nodes`` (-1 marks padding): those of
-    :func:`node_fields`."""
+    :func:`node_fields`.
+
+    Each field is computed for the split slots alone and put into zeros: padded layouts
+    are mostly dummy and leaf slots (100 LightGBM trees of 63 leaves and depth 16 in
+    ``reorg``: 13 million slots, 6200 splits; 1.2 s when every field was computed for
+    every slot).
+    """
     fields = node_fields(forest, spec, leaf_bit=leaf_bit)
     real = nodes >= 0
-    n = np.maximum(nodes, 0)
-    leaf = real & forest.is_leaf[n]
-    split = real & ~leaf
-    threshold = np.where(split, thresholds(forest, spec, nodes), 0) \
-        .astype(fields["threshold"])
+    leaf = real & forest.is_leaf[np.maximum(nodes, 0)]
+    at = np.flatnonzero(real & ~leaf)
+    split = nodes[at]
+    threshold = np.zeros(len(nodes), dtype=fields["threshold"])
+    threshold[at] = thresholds(forest, spec, split)
+    cat = forest.split_op[split] == OP_CAT
     if spec.category_mask:
         # The mask's bits, not its value: a view, never a conversion (which could quiet
         # a mask that reads as a signalling NaN).
-        cat = split & (forest.split_op[n] == OP_CAT)
         bits = threshold.view(np.uint32 if spec.compare == ir.F32 else np.uint64)
-        bits[cat] = category_masks(forest, nodes, spec.compare.bits)[cat]
-    arrays = {"feature": np.where(split, forest.feature[n], 0).astype(np.int32),
-              "threshold": threshold}
+        bits[at[cat]] = category_masks(forest, split[cat], spec.compare.bits)
+    feature = np.zeros(len(nodes), dtype=np.int32)
+    feature[at] = forest.feature[split]
+    arrays = {"feature": feature, "threshold": threshold}
     if "flags" in fields:
-        flags = (forest.split_op[n].astype(np.int32) << OP_SHIFT
-                 | forest.missing[n].astype(np.int32) << MISSING_SHIFT
-                 | forest.default_left[n].astype(np.int32) << DEFAULT_LEFT_BIT)
-        arrays["flags"] = (np.where(split, flags, 0) | leaf << LEAF_BIT).astype(np.int8)
+        flags = (leaf.astype(np.int32) << LEAF_BIT).astype(np.int8)
+        flags[at] = (forest.split_op[split].astype(np.int32) << OP_SHIFT
+                     | forest.missing[split].astype(np.int32) << MISSING_SHIFT
+                     | forest.default_left[split].astype(np.int32) << DEFAULT_LEFT_BIT)
+        arrays["flags"] = flags
     if "cat_bitset" in fields:
-        cat = split & (forest.split_op[n] == OP_CAT)
-        arrays["cat_offset"] = np.where(cat, forest.cat_offset[n], 0).astype(np.int32)
-        arrays["cat_words"] = np.where(cat, forest.cat_words[n], 0).astype(np.int32)
+        for field in ("cat_offset", "cat_words"):
+            column = np.zeros(len(nodes), dtype=np.int32)
+            column[at[cat]] = getattr(forest, field)[split[cat]]
+            arrays[field] = column
         # One zero word at the end: the word load of a value outside every set reads
         # cat_offset + 0, in bounds even for an empty set at the end of the storage.
         arrays["cat_bitset"] = np.concatenate(

@@ -51,8 +51,11 @@ def leaf_arrays(forest: Forest, nodes: np.ndarray, precision: str = "float64"
     fields = leaf_fields(forest, precision)
     n = np.maximum(nodes, 0)
     leaf = (nodes >= 0) & forest.is_leaf[n]
-    values = np.where(leaf[:, None], forest.leaf_value[n], 0.0).reshape(-1)
-    arrays = {"leaf_value": values.astype(fields["leaf_value"], copy=False)}
+    # Values put into zeros at the leaf slots alone (padded layouts: mostly not leaves).
+    at = np.flatnonzero(leaf)
+    values = np.zeros((len(nodes), forest.leaf_width), dtype=fields["leaf_value"])
+    values[at] = forest.leaf_value[nodes[at]]
+    arrays = {"leaf_value": values.reshape(-1)}
     lin = forest.linear
     if lin is not None:
         pad = max_linear_terms(forest)
