@@ -478,19 +478,19 @@ written:
 
 pause:
   %pos = load i64, i64* %i
-  store i64 %pos, i64* %state
-  %ksend = load i64, i64* %ks
-  store i64 %ksend, i64* %ksp
-  %keend = load i64, i64* %ke
-  store i64 %keend, i64* %kep
-  ret i64 0
+  br label %save
 full:
-  store i64 %at, i64* %state
-  %ksfull = load i64, i64* %ks
-  store i64 %ksfull, i64* %ksp
-  %kefull = load i64, i64* %ke
-  store i64 %kefull, i64* %kep
-  ret i64 -1
+  br label %save
+save:
+  ; where the next call goes on (a full list: its colon), and the last string's bounds
+  %resume = phi i64 [ %pos, %pause ], [ %at, %full ]
+  %answer = phi i64 [ 0, %pause ], [ -1, %full ]
+  store i64 %resume, i64* %state
+  %kssave = load i64, i64* %ks
+  store i64 %kssave, i64* %ksp
+  %kesave = load i64, i64* %ke
+  store i64 %kesave, i64* %kep
+  ret i64 %answer
 }
 
 ; Whether s[%from:%to] is one of the names in %names (each a length byte then its
