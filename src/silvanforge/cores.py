@@ -1,4 +1,8 @@
-"""The CPU cores this process may run on (its affinity, where the system has one)."""
+"""The CPU cores this process may run on (its affinity, where the system has one).
+
+``backends/cpu/build.py`` keeps its own ``cores()``, the same rule: that file also runs
+alone as the build workers' script, importing nothing of SilvanForge's.
+"""
 
 from __future__ import annotations
 
