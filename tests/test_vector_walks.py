@@ -77,19 +77,26 @@ def test_every_end_of_a_batch_in_a_block_of_four_vector_walks():
                                           expected[:n], err_msg=f"{n} rows")
 
 
-def test_vector_walks_for_a_cpu_without_avx512_gather_and_stay_exact():
-    # Built for an AVX2 machine: windows become gathers and 16-lane vectors two of 8.
-    rng = np.random.default_rng(12)
+@pytest.mark.parametrize("seed", [12, 13])
+def test_vector_walks_for_a_cpu_without_avx512_permute_by_8_and_stay_exact(seed):
+    # Built for an AVX2 machine (this test's CPU must have AVX2 to run it): 16-lane
+    # vectors are two of 8, and windows of up to 64 slots (AVX2_PERMUTE_SPAN) are one-table
+    # permutes and a select tree (levels 0-6 of a depth-7 tree: 1 to 64 slots); wider
+    # ones gather (its 128 leaves).
+    rng = np.random.default_rng(seed)
     forest = random_forest(rng, [OP_LT, OP_LE, OP_CAT], [MISSING_NAN, MISSING_ZERO], 4, 2)
-    rows = random_rows(forest, 12, 140).astype(np.float32)
-    expected = reference.predict(forest, rows, output="margin")
-    predictor = silvanforge.compile(forest, schedule=schedule(64, True),
-                                    representation="array", precision="float32",
-                                    cpu="x86-64-v3")
-    assert "avx512" not in predictor.dump("llvm")
-    for n in (1, 20, 70, 140):
-        np.testing.assert_array_equal(predictor.predict(rows[:n], output="margin"),
-                                      expected[:n])
+    deep = complete_forest([7, 5], n_features=5, seed=seed)
+    for forest in (forest, deep):
+        rows = random_rows(forest, seed, 140).astype(np.float32)
+        expected = reference.predict(forest, rows, output="margin")
+        predictor = silvanforge.compile(forest, schedule=schedule(64, True),
+                                        representation="array", precision="float32",
+                                        cpu="x86-64-v3")
+        text = predictor.dump("llvm")
+        assert "avx512" not in text and "llvm.x86.avx2.permd" in text
+        for n in (1, 20, 70, 140):
+            np.testing.assert_array_equal(predictor.predict(rows[:n], output="margin"),
+                                          expected[:n])
 
 
 def complete_forest(depths: list[int], n_features: int = 3, seed: int = 0):

@@ -117,7 +117,7 @@ def render_kernel(kernel: ir.Kernel, target: Target, pieces: "_Pieces | None" = 
     """
     parallel = any(isinstance(s, ir.For) and s.parallel for s in walk_stmts(kernel.body))
     return render_module(kernel, openmp=parallel and openmp.runtime() is not None,
-                         outlined=pieces, avx512="avx512f" in target.enabled(),
+                         outlined=pieces, vector_bits=target.vector_bits(),
                          module=module)
 
 

@@ -54,11 +54,15 @@ _OMP_FUNCS = {
 
 
 _BYTES = {ir.BOOL: 1, ir.I8: 1, ir.I32: 4, ir.I64: 8, ir.F32: 4, ir.F64: 8}
-# Lookups into windows of up to this many 32-bit elements permute (16 loads of 16, 8
-# two-table permutes, 7 selects); wider ones gather: permuting the deep levels and the
-# leaves of depth-8 trees beat gathering them (docs/ARCHITECTURE.md "Measurements behind
-# smaller rules").
+# On AVX-512, lookups into windows of up to this many 32-bit elements permute (16 loads
+# of 16, 8 two-table permutes, 7 selects); wider ones gather: permuting the deep levels
+# and the leaves of depth-8 trees beat gathering them (docs/ARCHITECTURE.md "Measurements
+# behind smaller rules").
 PERMUTE_SPAN = 256
+# On AVX2, which permutes one table of 8 32-bit lanes and no 64-bit lanes by a vector:
+# windows of up to 64 (8 permutes, 7 selects) beat gathering, wider ones lose (same
+# section).
+AVX2_PERMUTE_SPAN = 64
 
 
 def _like(vector: ll.Type, element: ll.Type) -> ll.Type:
@@ -95,19 +99,20 @@ class _Render:
     assigned: frozenset[str]  # names of variables that need a slot
     size: outline.Sizer  # blocks over its budget become functions
     outlined: Outlined | None
-    avx512: bool  # the target permutes 16 32-bit lanes (vector lookups)
+    vector_bits: int  # the target's permutes (vector lookups): 512, 256 (AVX2) or 0
 
 
 def render_module(kernel: ir.Kernel, *, openmp: bool = True,
-                  outlined: Outlined | None = None, avx512: bool = False,
+                  outlined: Outlined | None = None, vector_bits: int = 0,
                   module: ll.Module | None = None) -> ll.Module:
     """Render ``kernel`` as an LLVM module holding ``void @<kernel.name>(params...)``
     (added to ``module`` when given: the functions it outlines are named after the
     kernel, so kernels of distinct names share a module).
 
     With ``openmp`` False parallel loops are rendered as serial loops. ``outlined`` is
-    called with each piece of a large block rendered as a function of its own. ``avx512``:
-    the target has AVX-512 (vector lookups permute instead of gathering).
+    called with each piece of a large block rendered as a function of its own.
+    ``vector_bits``: 512 where the target has AVX-512, 256 where it has AVX2 (vector
+    lookups permute instead of gathering), else 0.
 
     >>> k = ir.Kernel("noop", [ir.Buffer("x", ir.F64), ir.Var("n", ir.I64)], [])
     >>> print(render_module(k).get_global("noop").ftype)
@@ -121,7 +126,8 @@ def render_module(kernel: ir.Kernel, *, openmp: bool = True,
              else llvm_type(p.dtype) for p in kernel.params]
     fn = ll.Function(module, ll.FunctionType(_VOID, types), kernel.name)
     size = outline.Sizer()
-    render = _Render(module, openmp, _assigned(kernel.body, size), size, outlined, avx512)
+    render = _Render(module, openmp, _assigned(kernel.body, size), size, outlined,
+                     vector_bits)
     body = _FunctionBuilder(render, fn)
     for p, arg in zip(kernel.params, fn.args):
         arg.name = p.name
@@ -290,15 +296,19 @@ class _FunctionBuilder:
         of 32 bits or fewer (half as many of 64 bits) is loaded whole, a register at a
         time (the last one masked, so nothing past the window is read), and permuted by
         the offsets, a register of lanes at a time (a permute is one instruction, a
-        gather one load per lane); other lookups gather."""
+        gather one load per lane); on AVX2, windows of at most :data:`AVX2_PERMUTE_SPAN`
+        elements of 32 bits or fewer, with one-table permutes. Other lookups gather."""
         offset = self.expr(e.offset)
         lanes = offset.type.count  # type: ignore[attr-defined]
         bits = e.buffer.dtype.bits
         width = 64 if bits == 64 else 32  # of the lanes permuted; narrower ones widen
-        per = 512 // width
+        vector_bits = self.render.vector_bits
+        avx2 = vector_bits == 256
+        span = AVX2_PERMUTE_SPAN if avx2 and width == 32 else \
+            PERMUTE_SPAN * 32 // width if vector_bits == 512 else 0
+        per = max(vector_bits, 1) // width
         start = self.address(e.buffer, e.base)
-        if not (self.render.avx512 and lanes % per == 0
-                and e.span <= PERMUTE_SPAN * 32 // width):
+        if not (span and lanes % per == 0 and e.span <= span):
             return self.gather(self.b.gep(start, [offset]), e.buffer)
         ity = ll.VectorType(ll.IntType(width), per)
         windows = [self.window(e.buffer, start, k, min(per, e.span - k), ity)
@@ -306,10 +316,9 @@ class _FunctionBuilder:
         while len(windows) & (len(windows) - 1):  # the select tree halves a power of 2
             windows.append(windows[-1])  # never picked: every offset is below the span
         kind = "si" if width == 32 else "di"
-        permute = self.function(f"llvm.x86.avx512.permvar.{kind}.512",
+        permute = self.function("llvm.x86.avx2.permd" if avx2 else
+                                f"llvm.x86.avx512.permvar.{kind}.512",
                                 ll.FunctionType(ity, [ity, ity]))
-        pair = self.function(f"llvm.x86.avx512.vpermi2var.{'d' if width == 32 else 'q'}.512",
-                             ll.FunctionType(ity, [ity, ity, ity]))
         chunks = []
         for first in range(0, lanes, per):
             part = offset if lanes == per else \
@@ -317,12 +326,16 @@ class _FunctionBuilder:
             if part.type != ity:
                 part = self.b.convert("trunc" if part.type.element.width > width  # type: ignore
                                       else "sext", part, ity)
-            if len(windows) == 1:
-                picked = [self.b.call(permute, [windows[0], part], pure=True)]
+            if len(windows) == 1 or avx2:  # each window, then by the offset's high bits
+                picked = [self.b.call(permute, [w, part], pure=True) for w in windows]
+                bit = per
             else:  # each pair by the offset's low bits, then by its higher bits
+                pair = self.function(
+                    f"llvm.x86.avx512.vpermi2var.{'d' if width == 32 else 'q'}.512",
+                    ll.FunctionType(ity, [ity, ity, ity]))
                 picked = [self.b.call(pair, [windows[k], part, windows[k + 1]], pure=True)
                           for k in range(0, len(windows), 2)]
-            bit = 2 * per
+                bit = 2 * per
             while len(picked) > 1:
                 high = self.b.icmp_unsigned("!=", self.b.binary(
                     "and", part, ll.splat(ll.Constant(ity.element, bit), per)),

@@ -95,6 +95,16 @@ class Target:
         """
         return {f[1:] for f in self.features.split(",") if f.startswith("+")}
 
+    def vector_bits(self) -> int:
+        """The width of the vectors this target permutes by a vector of lanes: 512 with
+        AVX-512, 256 with AVX2, else 0.
+
+        >>> [Target("x", "cpu", f).vector_bits() for f in ("+avx2,+avx512f", "+avx2", "")]
+        [512, 256, 0]
+        """
+        enabled = self.enabled()
+        return 512 if "avx512f" in enabled else 256 if "avx2" in enabled else 0
+
     def mismatch(self, host: "Target") -> str | None:
         """Why code built for this target cannot run on ``host`` (a :meth:`host`), or
         None where it can: the host must have the architecture and every feature the
