@@ -4,6 +4,8 @@ batches that end inside a vector."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -141,6 +143,28 @@ def test_vectorized_padding_keeps_the_array_bound():
     # nodes, more than 4 slots a node; 3 trees of depth 8 and one of 7 pad within it.
     assert not vectorizes(complete_forest([8] + [1] * 9), "float32", AVX512)
     assert vectorizes(complete_forest([8, 8, 8, 7]), "float32", AVX512)
+
+
+@pytest.mark.parametrize("cpu", ["native", "x86-64-v3"])
+def test_vector_walks_of_shallower_trees_skip_the_padded_levels(cpu):
+    # Trees of depths 0-6 padded to 6: a walk branches on its tree's own depth at each
+    # level where some tree stops (the deepest trees take every level), and a shallow
+    # tree's positions go down its leaves' copies. Uniform depths take no branch.
+    mixed = complete_forest([6, 0, 2, 6, 5, 1, 3], n_features=4, seed=21)
+    rows = random_rows(mixed, 21, 200).astype(np.float32)
+    rows[::7, 1] = np.nan
+    predictor = silvanforge.compile(mixed, schedule=schedule(64, True), cpu=cpu,
+                                    representation="array", precision="float32")
+    branches = re.findall(r"if \(\(model_tree_levels\[tree\] > (\d+)\)\)",
+                          predictor.dump("lir"))
+    assert set(branches) == {"0", "1", "2", "3", "5"}  # no tree stops at level 4
+    expected = reference.predict(mixed, rows, output="margin")
+    for n in (1, 17, 64, 100, 200):
+        np.testing.assert_array_equal(predictor.predict(rows[:n], output="margin"),
+                                      expected[:n])
+    uniform = silvanforge.compile(complete_forest([3, 3]), schedule=schedule(64, True),
+                                  cpu=cpu, representation="array", precision="float32")
+    assert "tree_levels" not in uniform.dump("lir")
 
 
 def test_a_vectorized_forest_of_wide_rows_walks_them_in_place():

@@ -311,8 +311,9 @@ class _Lowering:
             values."""
             tail: list[ir.Stmt] = []
             together = getattr(self.rep, "vector_walk_groups", None)
-            if together is not None:
-                tree = groups[0][1]
+            tree = groups[0][1]
+            if together is not None and (all(g[1] == tree for g in groups[:count])
+                                         or not hasattr(self.rep, "vector_walk")):
                 if any(g[1] != tree for g in groups[:count]):
                     raise ScheduleError(f"the {self.rep.name!r} representation walks a "
                                         "vectorized block's rows through one tree at a time")

@@ -199,6 +199,10 @@ class ArrayRepresentation(LevelOrderRepresentation, ConsecutiveTrees):
                                int(tree_start[-1]) + WINDOW_PAD,
                                np.append(tree_start[:-1], tree_start[-1] + WINDOW_PAD))
         self._add_trees(tree_start[:-1], depths)
+        # Vector walks pad every tree to one depth; a shallower tree's walk skips the
+        # levels below its own leaves (each leaf fills its bottom-level positions).
+        if np.any(forest.tree_depths < depths):
+            self._add({"tree_levels": forest.tree_depths.astype(np.int32)})
 
     def vector_walk(self, tree: ir.Expr, lanes: int, feature_value: FeatureLoader,
                     stem: str) -> tuple[list[ir.Stmt], ir.Expr]:
@@ -212,6 +216,49 @@ class ArrayRepresentation(LevelOrderRepresentation, ConsecutiveTrees):
         backend may load whole and permute, not one gather per field and level).
         Needs trees of one depth (a constant step count: build the representation
         with ``depth``)."""
+        code, (position,) = self.vector_walk_groups(tree, lanes, [feature_value], stem)
+        return code, position
+
+    def vector_walk_groups(self, tree: ir.Expr, lanes: int, loaders: list[FeatureLoader],
+                           stem: str) -> tuple[list[ir.Stmt], list[ir.Expr]]:
+        """The walks of :meth:`vector_walk` for a block's groups of rows (one loader
+        each) through tree ``tree``, a level of every group in turn: (the statements,
+        each group's leaf positions). Where trees are shallower than the padded depth,
+        the levels at and below a tree's own depth run only for deeper trees (a
+        branch on the tree, taken alike by every lane); a shallower tree's positions
+        go down its leaves' copies (each leaf fills its bottom-level positions), so the
+        leaves are the full walk's."""
+        walks = [self._vector_levels(tree, lanes, loader, f"{stem}_{g}")
+                 for g, loader in enumerate(loaders)]
+        depth = len(walks[0])
+        steps = [[walk[level][0] for walk in walks] for level in range(depth)]
+        zero = ir.Broadcast(ir.Const(0, ir.I32), lanes)
+
+        def position(g: int, level: int) -> ir.Expr:  # after `level` levels
+            return walks[g][level - 1][1] if level else zero
+
+        if not self._has("tree_levels"):
+            return ([s for level in steps for s in level],
+                    [position(g, depth) for g in range(len(walks))])
+        found = [ir.Var(f"{stem}_{g}_leaf", ir.I32) for g in range(len(walks))]
+
+        # From the bottom up: level k's steps, then the deeper levels' branch.
+        code: list[ir.Stmt] = [ir.Assign(x, position(g, depth)) for g, x in enumerate(found)]
+        own = self._load("tree_levels", tree)
+        stops = set(self.forest.tree_depths.tolist())
+        for level in reversed(range(depth)):
+            code = steps[level] + code
+            if level in stops:
+                shift = ir.Const(2 ** (depth - level), ir.I32)
+                code = [ir.If(ir.Cmp("gt", own, ir.Const(level, ir.I32)), code, [
+                    ir.Assign(x, ir.BinOp("mul", position(g, level), shift))
+                    for g, x in enumerate(found)])]
+        return [ir.Declare(x, zero) for x in found] + code, list(found)
+
+    def _vector_levels(self, tree: ir.Expr, lanes: int, feature_value: FeatureLoader,
+                       stem: str) -> list[tuple[ir.Stmt, ir.Var]]:
+        """Per level of the padded trees: the step of :meth:`vector_walk` and the
+        variable holding the lanes' positions after it."""
         if self.spec.compare.bits != 32:
             raise ScheduleError(f"vectorize walks the 'array' representation at precision "
                                 f"'float32'; this kernel's is {self.precision!r}")
@@ -221,7 +268,7 @@ class ArrayRepresentation(LevelOrderRepresentation, ConsecutiveTrees):
                 "vector walks need trees of one depth; this forest's depths are "
                 f"{sorted(set(self.forest.tree_depths.tolist()))}")
         root = self.root(tree)
-        code: list[ir.Stmt] = []
+        levels: list[tuple[ir.Stmt, ir.Var]] = []
         position: ir.Expr = ir.Broadcast(ir.Const(0, ir.I32), lanes)
         for level in range(int(depth.value)):
             first = ir.BinOp("add", root, ir.i64(2 ** level - 1))
@@ -229,10 +276,11 @@ class ArrayRepresentation(LevelOrderRepresentation, ConsecutiveTrees):
                 self._buffer(name), first, position, 2 ** level))
             left = decision.go_left(self.spec, loads, feature_value)
             var = ir.Var(f"{stem}_{level + 1}", ir.I32)
-            code.append(ir.Declare(var, ir.BinOp("add", ir.BinOp("mul", position, ir.Const(
-                2, ir.I32)), ir.Select(left, ir.Const(0, ir.I32), ir.Const(1, ir.I32)))))
+            levels.append((ir.Declare(var, ir.BinOp("add", ir.BinOp(
+                "mul", position, ir.Const(2, ir.I32)), ir.Select(
+                    left, ir.Const(0, ir.I32), ir.Const(1, ir.I32)))), var))
             position = var
-        return code, position
+        return levels
 
     def vector_leaf_value(self, tree: ir.Expr, position: ir.Expr, k: int,
                           feature_value: FeatureLoader) -> ir.Expr:
