@@ -33,6 +33,11 @@ from . import heuristic, space
 
 # Timing of a search: fewer rounds than a benchmark (many candidates, most far apart).
 SEARCH_ROUNDS, SEARCH_REPEAT, SEARCH_MIN_S = 5, 2, 1e-3
+# The guided search's last comparison (a handful of close candidates, the default
+# among them) takes as many rounds as a benchmark: with 5, a 1-thread point beat the
+# 2-thread one it was 1.26x slower than head to head (higgs, 1024 rows, threads that
+# sleep between calls; docs/TUNING.md).
+FINAL_ROUNDS = 15
 
 
 @dataclass
@@ -99,11 +104,12 @@ class Evaluator:
         return len(self._compiled)
 
     def run(self, points: Sequence[dict[str, Any]], deadline: float | None = None,
-            desc: str = "tuning") -> list[Result]:
+            desc: str = "tuning", rounds: int | None = None) -> list[Result]:
         """Evaluate ``points``: fastest first, then those skipped (with ``error``).
 
         After ``deadline`` (a ``time.perf_counter()`` value) points that would need
         compiling are left out; those already compiled are still checked and timed.
+        ``rounds``: interleaved rounds of timing (default: the evaluator's).
         """
         results, timers = [], {}
         for point in progress.each(points, desc, self.progress):
@@ -131,8 +137,8 @@ class Evaluator:
                 continue
             timers[len(results) - 1] = Candidate(predictor).timer(self.rows, result.threads)
         if timers:
-            medians = bench.interleaved_medians(timers, self.rounds, self.repeat,
-                                                self.min_s)
+            medians = bench.interleaved_medians(timers, rounds or self.rounds,
+                                                self.repeat, self.min_s)
             for index, seconds in medians.items():
                 results[index].seconds = seconds
         return sorted(results, key=lambda r: (r.seconds is None, r.seconds or 0.0))
@@ -159,5 +165,6 @@ def guided(ev: Evaluator, n_jobs: int, deadline: float | None = None) -> list[Re
     second = heuristic.refinements([r.point for r in leaders], ev.forest, batch, n_jobs)
     if not second:
         return first
-    final = ev.run(default + [r.point for r in leaders] + second, deadline, "refine")
+    final = ev.run(default + [r.point for r in leaders] + second, deadline, "refine",
+                   max(ev.rounds, FINAL_ROUNDS))
     return final if final and final[0].seconds is not None else first
