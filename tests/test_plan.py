@@ -78,10 +78,11 @@ def test_the_user_s_choices_are_honoured(stumps):
 
 
 def test_what_is_left_open_is_chosen_to_fit(stumps):
-    plan = make_plan(stumps, n_jobs=2, cpu="x86-64-v3")
+    plan = make_plan(stumps, n_jobs=2, cpu="x86-64-v2")
     assert plan.representation == "array" and np.dtype(plan.precision) == stumps.input_dtype
     assert plan.sized_threads and plan.small_schedule is not None
-    assert not plan.schedule.vectorized  # no AVX-512 on x86-64-v3
+    assert not plan.schedule.vectorized  # no AVX2 or AVX-512 on x86-64-v2
+    assert make_plan(stumps, n_jobs=2, cpu="x86-64-v3").schedule.vectorized
     # A vectorized schedule takes the layout whose walks are vectors, whatever the shape.
     forest = forest_of(*[stump(feature=0, threshold=0.5, values=(1, 2))] * 2,
                        n_features=1, input_dtype=np.float32)

@@ -123,11 +123,13 @@ def vector_schedule(forest):
     return REGISTRY["array"].default_schedule(forest, "float32", AVX512)
 
 
-def test_the_default_schedule_vectorizes_array_float32_forests_on_avx512():
+def test_the_default_schedule_vectorizes_array_float32_forests_on_avx512_and_avx2():
     forest = complete_forest([3, 3, 2])
-    avx2 = frozenset({"avx2"})
     assert vectorizes(forest, "float32", AVX512)
-    assert not vectorizes(forest, "float32", avx2)
+    assert vectorizes(forest, "float32", frozenset({"avx2", "avx", "fma"}))
+    assert not vectorizes(forest, "float32", frozenset({"avx", "sse4.2"}))
+    for cpu, vector in (("x86-64-v3", True), ("x86-64-v2", False)):
+        assert silvanforge.compile(forest, cpu=cpu).schedule.vectorized == vector
     assert not vectorizes(forest, "float64", AVX512)
     assert not REGISTRY["sparse"].default_schedule(forest, "float32", AVX512).vectorized
     predictor = silvanforge.compile(forest)

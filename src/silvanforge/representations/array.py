@@ -53,13 +53,13 @@ MAX_COPIED_FEATURES = 1024
 def vectorizes(forest: Forest, precision: str, cpu_features: frozenset[str]) -> bool:
     """Whether the planner gives ``forest`` the ``vector`` schedule (16 rows as the lanes
     of one walk; docs/ARCHITECTURE.md "Vector walks"): array tables at float32 on a CPU
-    with AVX-512, while padding every tree to the deepest's depth keeps the padding
-    bound.
+    with AVX-512 or AVX2 (whose permutes read the levels' windows), while padding every
+    tree to the deepest's depth keeps the padding bound.
 
-    >>> vectorizes(forest, "float32", frozenset({"avx512f"}))   # doctest: +SKIP
+    >>> vectorizes(forest, "float32", frozenset({"avx2"}))      # doctest: +SKIP
     True
     """
-    if precision != "float32" or "avx512f" not in cpu_features:
+    if precision != "float32" or not {"avx512f", "avx2"} & cpu_features:
         return False
     slots = forest.n_trees * (2 ** (int(forest.tree_depths.max()) + 1) - 1)
     return slots <= MAX_ARRAY_PADDING * forest.n_nodes
