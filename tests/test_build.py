@@ -208,7 +208,7 @@ def test_a_failed_render_stops_the_builds_threads(two_cores, monkeypatch):
     original = jit.render_module
     started: list[build.ParallelBuild] = []
 
-    def failing(kernel, *, openmp, outlined, avx512, module=None):
+    def failing(kernel, *, openmp, outlined, vector_bits, module=None):
         def collect(module, fn):
             outlined(module, fn)
             if outlined.build is not None:
