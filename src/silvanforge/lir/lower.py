@@ -307,14 +307,14 @@ class _Lowering:
 
         def in_turn(count: int) -> tuple[list[ir.Stmt], list[list[ir.Var]]]:
             """The first ``count`` groups' walks, in turn (one statement a level each),
-            or together where the representation walks groups as one; their leaf
-            values."""
+            or together where the representation walks groups as one (``array`` does
+            where the groups walk one tree, ``mask`` always); their leaf values."""
             tail: list[ir.Stmt] = []
             together = getattr(self.rep, "vector_walk_groups", None)
             tree = groups[0][1]
-            if together is not None and (all(g[1] == tree for g in groups[:count])
-                                         or not hasattr(self.rep, "vector_walk")):
-                if any(g[1] != tree for g in groups[:count]):
+            one_tree = all(g[1] == tree for g in groups[:count])
+            if together is not None and (one_tree or not hasattr(self.rep, "vector_walk")):
+                if not one_tree:
                     raise ScheduleError(f"the {self.rep.name!r} representation walks a "
                                         "vectorized block's rows through one tree at a time")
                 code, leaves = together(tree, lanes, [g[2] for g in groups[:count]],

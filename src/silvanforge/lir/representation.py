@@ -76,7 +76,8 @@ class Representation(ABC):
     # :meth:`suits` the forest wins); None: only when named.
     default_rank: ClassVar[int | None] = None
     # Whether its walks take rows as the lanes of vectors (``vectorize``: it implements
-    # ``vector_walk`` or ``vector_walk_groups``, and ``vector_leaf_value``), and whether
+    # ``vector_walk`` or ``vector_walk_groups`` or both, the latter taken for groups of
+    # one tree, and ``vector_leaf_value``), and whether
     # those walks need trees of one depth (its constructor then takes ``depth``, the
     # depth every tree is padded to).
     vector_walks: ClassVar[bool] = False
