@@ -36,7 +36,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ..errors import ModelFormatError, UnsupportedModelError
+from ..errors import MissingDependencyError, ModelFormatError, UnsupportedModelError
 from ..model.builder import Tree, build_forest, int_array
 from ..model.forest import MAX_CATEGORY, MISSING_NAN, OP_LE, Forest
 
@@ -85,9 +85,23 @@ def isolation_forest_output(forest: Forest, output: str) -> Forest:
 
 # ---- dispatch ------------------------------------------------------------------------
 
+# The oldest scikit-learn whose models this reads (pyproject.toml's floor): before 1.4,
+# classifier leaves held class counts and gradient boosting other loss objects, which
+# would be read as fractions and refused.
+OLDEST = (1, 4)
+
+
 def _loader_for(obj: Any) -> Callable[[Any], Forest]:
+    import sklearn
     from sklearn import ensemble, tree
     from sklearn.pipeline import Pipeline
+
+    version = tuple(int(p) if p.isdigit() else 0 for p in sklearn.__version__.split(".")[:2])
+    if version < OLDEST:
+        raise MissingDependencyError(
+            f"scikit-learn {sklearn.__version__} is older than SilvanForge reads "
+            f"({'.'.join(map(str, OLDEST))} and later: leaves hold class fractions); "
+            "install it with: pip install 'silvanforge[sklearn]'")
 
     name = type(obj).__name__
     if isinstance(obj, Pipeline):
