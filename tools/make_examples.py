@@ -1,6 +1,13 @@
 """Regenerate the example set `silvanforge demo` ships (src/silvanforge/examples/).
 
-    pip install -e ".[dev]" && python tools/make_examples.py
+    python -m venv floor && floor/bin/pip install uv
+    floor/bin/uv pip install --python floor/bin/python --resolution lowest-direct \
+        -e ".[xgboost,lightgbm]" && floor/bin/python tools/make_examples.py
+
+Written by the oldest XGBoost and LightGBM pyproject.toml allows, so that every version
+it allows reads them as the demo compares (XGBoost 3 writes base_score as a vector,
+"[2.91E-1]", which XGBoost 1.7 misreads: its predictions were 20% off; LightGBM 4.6
+writes parameters 4.0-4.2 cannot parse). CI's floor job runs the demo.
 
 Two small models on synthetic data, with the rows they are demonstrated on: an XGBoost
 binary classifier (JSON) and a LightGBM regressor (text), each with sample rows as a
