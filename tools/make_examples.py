@@ -6,8 +6,8 @@
 
 Written by the oldest XGBoost and LightGBM pyproject.toml allows, so that every version
 it allows reads them as the demo compares (XGBoost 3 writes base_score as a vector,
-"[2.91E-1]", which XGBoost 1.7 misreads: its predictions were 20% off; LightGBM 4.6
-writes parameters 4.0-4.2 cannot parse). CI's floor job runs the demo.
+"[2.91E-1]", which XGBoost 1.7 misreads: its predictions were 20% off; LightGBM 4.7
+writes parameters 4.0 and 4.1 cannot parse). CI's floor job runs the demo.
 
 Two small models on synthetic data, with the rows they are demonstrated on: an XGBoost
 binary classifier (JSON) and a LightGBM regressor (text), each with sample rows as a
