@@ -24,7 +24,7 @@ from sklearn.preprocessing import StandardScaler
 import silvanforge
 from silvanforge import reference
 from silvanforge.errors import MissingDependencyError, ModelFormatError, UnsupportedModelError
-from silvanforge.frontends.sklearn import isolation_forest_output
+from silvanforge.frontends.sklearn import installed_version, isolation_forest_output
 from silvanforge.model.forest import OP_CAT
 from util import assert_parity, with_nans
 
@@ -86,8 +86,7 @@ def _check(model, X, value, margin=None, what=""):
 # The suite runs at the lowest scikit-learn pyproject.toml allows (CI's floor job) too;
 # these tests need what came later: NaN in ExtraTrees and IsolationForest (fit and
 # predict), HistGradientBoosting's categories taken from pandas dtypes by default.
-SKLEARN = tuple(int(part) for part in sklearn.__version__.split(".")[:2])
-SINCE_1_6 = pytest.mark.skipif(SKLEARN < (1, 6), reason=(
+SINCE_1_6 = pytest.mark.skipif(installed_version() < (1, 6), reason=(
     f"needs scikit-learn 1.6 (NaN in ExtraTrees and IsolationForest, categories from "
     f"pandas dtypes by default); this is {sklearn.__version__}"))
 

@@ -91,13 +91,25 @@ def isolation_forest_output(forest: Forest, output: str) -> Forest:
 OLDEST = (1, 4)
 
 
+def installed_version() -> tuple[int, int]:
+    """The installed scikit-learn's (major, minor) version (a part that is not a
+    number reads as 0).
+
+    >>> installed_version() >= OLDEST                          # doctest: +SKIP
+    True
+    """
+    import sklearn
+
+    return tuple(int(p) if p.isdigit() else 0  # type: ignore[return-value]
+                 for p in sklearn.__version__.split(".")[:2])
+
+
 def _loader_for(obj: Any) -> Callable[[Any], Forest]:
     import sklearn
     from sklearn import ensemble, tree
     from sklearn.pipeline import Pipeline
 
-    version = tuple(int(p) if p.isdigit() else 0 for p in sklearn.__version__.split(".")[:2])
-    if version < OLDEST:
+    if installed_version() < OLDEST:
         raise MissingDependencyError(
             f"scikit-learn {sklearn.__version__} is older than SilvanForge reads "
             f"({'.'.join(map(str, OLDEST))} and later: leaves hold class fractions); "

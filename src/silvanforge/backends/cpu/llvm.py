@@ -306,7 +306,7 @@ class _FunctionBuilder:
         avx2 = vector_bits == 256
         span = AVX2_PERMUTE_SPAN if avx2 and width == 32 else \
             PERMUTE_SPAN * 32 // width if vector_bits == 512 else 0
-        per = max(vector_bits, 1) // width
+        per = vector_bits // width  # lanes a register (read only where span is not 0)
         start = self.address(e.buffer, e.base)
         if not (span and lanes % per == 0 and e.span <= span):
             return self.gather(self.b.gep(start, [offset]), e.buffer)
