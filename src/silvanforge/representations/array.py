@@ -138,6 +138,7 @@ class LevelOrderRepresentation(TableRepresentation):
         tree's level-order position among ``n_slots`` slots (tree ``t``'s from
         ``tree_starts[t]`` on, when trees are stored apart)."""
         trees = None if tree_starts is None else (tree_starts, n_slots)
+        leaf_types = leaves.leaf_fields(self.forest, self.precision)
 
         def fill() -> list[tuple[dict[str, np.ndarray], tuple[np.ndarray, int] | None]]:
             position, nodes = pushed_down(self.forest, depths)
@@ -146,10 +147,11 @@ class LevelOrderRepresentation(TableRepresentation):
             slot_nodes[slot_of(tree_of_node[nodes], position)] = nodes
             return [(decision.node_arrays(self.forest, self.spec, slot_nodes, leaf_bit=True),
                      trees),
-                    (leaves.leaf_arrays(self.forest, slot_nodes, self.precision), trees)]
+                    (leaves.leaf_arrays(self.forest, slot_nodes, self.precision,
+                                        leaf_types), trees)]
 
         self._add_later({**decision.node_fields(self.forest, self.spec, leaf_bit=True),
-                         **leaves.leaf_fields(self.forest, self.precision)}, fill)
+                         **leaf_types}, fill)
 
     def is_leaf(self, tree: ir.Expr, node: ir.Expr) -> ir.Expr:
         return decision.is_leaf_flag(self._load("flags", node))

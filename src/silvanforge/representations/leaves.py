@@ -44,11 +44,12 @@ def leaf_fields(forest: Forest, precision: str = "float64") -> dict[str, np.dtyp
     return fields
 
 
-def leaf_arrays(forest: Forest, nodes: np.ndarray, precision: str = "float64"
-                ) -> dict[str, np.ndarray]:
-    """Leaf tables for slots holding global ``nodes`` (those of :func:`leaf_fields`);
+def leaf_arrays(forest: Forest, nodes: np.ndarray, precision: str = "float64",
+                fields: dict[str, np.dtype] | None = None) -> dict[str, np.ndarray]:
+    """Leaf tables for slots holding global ``nodes`` (those of :func:`leaf_fields`,
+    given as ``fields`` where the caller has them: a pass over every leaf value);
     non-leaf slots (internal nodes, padding -1) hold zeros."""
-    fields = leaf_fields(forest, precision)
+    fields = fields or leaf_fields(forest, precision)
     n = np.maximum(nodes, 0)
     leaf = (nodes >= 0) & forest.is_leaf[n]
     # Values put into zeros at the leaf slots alone (padded layouts: mostly not leaves).
