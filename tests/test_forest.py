@@ -235,6 +235,13 @@ def test_categorical_rules():
     assert reference.predict(missing, x).tolist() == [1, 1, 1, 1, 1, 2, 1, 2, 2]
     missing = truncate.replace(negative_category="missing")
     assert reference.predict(missing, x).tolist() == [1, 1, 1, 1, 1, 2, 1, 2, 2]
+    # XGBoost 1.x: 1e9 and inf lie beyond the set's 64 bits and go the default way too.
+    beyond = nonnegative.replace(negative_category="missing", beyond_category="missing")
+    assert truncate.cat_words[0] == 2
+    assert reference.predict(beyond, x).tolist() == [1, 1, 1, 1, 1, 1, 1, 1, 2]
+    x64 = np.array([[63.0], [63.9], [64.0]])
+    assert reference.predict(beyond, x64).tolist() == [2, 2, 1]
+    assert reference.predict(nonnegative, x64).tolist() == [2, 2, 2]
     assert truncate.split_op[0] == OP_CAT and truncate.has_categorical
     assert truncate.category_set(0).tolist() == [0, 3, 40]
 
@@ -291,7 +298,8 @@ def small():
     (np.zeros(2), "reshape"),
     (np.array([["a", "b"]]), "dtype"),
     (np.zeros((1, 2), dtype=complex), "dtype"),
-    ([[1.0, 2.0], [3.0]], "array"),
+    # (numpy before 1.24 makes ragged rows an object array, with a warning)
+    ([[1.0, 2.0], [3.0]], "array|dtype object"),
 ])
 def test_bad_inputs(small, X, message):
     with pytest.raises(InputError, match=message):
@@ -355,6 +363,10 @@ def walk_one(f, x, t):
         if f.split_op[node] == OP_CAT and not missing:
             if f.negative_category == "missing" and negative:
                 missing = True
+            # trunc(v) < 32 * words as v < 32 * words: v >= 0 here and the bound whole.
+            if f.beyond_category == "missing" and not negative and \
+                    not v < 32 * int(f.cat_words[node]):
+                missing = True
         if missing:
             left = bool(f.default_left[node])
         elif f.split_op[node] == OP_CAT:
@@ -414,7 +426,8 @@ def random_forests(draw):
         base_score=draw(st.floats(-2, 2)), average=draw(st.booleans()),
         input_dtype=draw(st.sampled_from([np.float32, np.float64])),
         category_rule=draw(st.sampled_from(["truncate", "nonnegative", "exact"])),
-        negative_category=draw(st.sampled_from(["not_in_set", "missing"])))
+        negative_category=draw(st.sampled_from(["not_in_set", "missing"])),
+        beyond_category=draw(st.sampled_from(["not_in_set", "missing"])))
 
 
 @settings(max_examples=150)

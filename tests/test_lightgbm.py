@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import re
 
 import numpy as np
@@ -336,8 +337,10 @@ def test_early_stopping_uses_best_iteration(tmp_path):
     assert forest.n_trees == booster.best_iteration
     _check(forest, booster, booster.model_to_string(), X, "early stopping, Booster")
     reg = lgb.LGBMRegressor(n_estimators=40, num_leaves=15, learning_rate=0.5, **BASE)
-    reg.fit(X[:300], y[:300], eval_X=(Xv,), eval_y=(yv,),
-            callbacks=[lgb.early_stopping(3, verbose=False)])
+    # LightGBM 4.7 takes eval_X/eval_y and deprecates eval_set, which older ones take.
+    validation = {"eval_X": (Xv,), "eval_y": (yv,)} \
+        if "eval_X" in inspect.signature(reg.fit).parameters else {"eval_set": [(Xv, yv)]}
+    reg.fit(X[:300], y[:300], **validation, callbacks=[lgb.early_stopping(3, verbose=False)])
     assert 0 < reg.best_iteration_ < 40
     forest = silvanforge.load(reg)
     assert forest.n_trees == reg.best_iteration_

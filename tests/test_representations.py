@@ -160,7 +160,8 @@ def forests(draw):
         trees, n_features=n_features, n_outputs=n_outputs, linear_leaves=linear,
         input_dtype=draw(st.sampled_from([np.float32, np.float64])),
         category_rule=draw(st.sampled_from(["truncate", "nonnegative", "exact"])),
-        negative_category=draw(st.sampled_from(["not_in_set", "missing"])))
+        negative_category=draw(st.sampled_from(["not_in_set", "missing"])),
+        beyond_category=draw(st.sampled_from(["not_in_set", "missing"])))
 
 
 def random_rows(forest, seed: int, n: int = 10) -> np.ndarray:

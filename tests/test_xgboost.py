@@ -1,4 +1,5 @@
-"""XGBoost frontend: parity with XGBoost 3.2 on files, bytes and live objects."""
+"""XGBoost frontend: parity with the installed XGBoost (3.2, and the `xgboost` extra's
+floor in CI's floor job) on files, bytes and live objects."""
 
 from __future__ import annotations
 
@@ -17,10 +18,16 @@ import silvanforge
 from silvanforge import reference
 from silvanforge.errors import ModelFormatError, SilvanForgeError, UnsupportedModelError
 from silvanforge.frontends import xgboost as fx
-from util import assert_parity, to_ubjson, with_nans
+from util import assert_parity, to_ubjson, version, with_nans
 
 xgb = pytest.importorskip("xgboost")
 warnings.filterwarnings("ignore", category=UserWarning, module="xgboost")
+XGB = version(xgb)
+# What older XGBoost releases lack, for the tests that need it.
+needs_2_0 = pytest.mark.skipif(XGB < (2, 0), reason=f"needs XGBoost 2.0 (multi_strategy, "
+                               f"reg:quantileerror); {xgb.__version__} is installed")
+# 3.1 writes base_score as a list (one per output) and stores pandas categories.
+VECTOR_BASE = STORES_CATEGORIES = XGB >= (3, 1)
 
 RNG = np.random.default_rng(42)
 N = 240
@@ -103,8 +110,10 @@ OBJECTIVES = [
 ]
 
 
-@pytest.mark.parametrize("params,y", OBJECTIVES,
-                         ids=[str(sorted(p.items())) for p, _ in OBJECTIVES])
+@pytest.mark.parametrize("params,y", [
+    pytest.param(p, y, id=str(sorted(p.items())),
+                 marks=needs_2_0 if p["objective"] == "reg:quantileerror" else ())
+    for p, y in OBJECTIVES])
 def test_objectives(params, y, tmp_path):
     forest = _check(_train(params, y), X, tmp_path)
     assert forest.objective == params["objective"]
@@ -142,7 +151,8 @@ def test_random_forest_style(params, y, tmp_path):
     _check(_train(params, y, 3), X, tmp_path)
 
 
-@pytest.mark.parametrize("strategy", ["one_output_per_tree", "multi_output_tree"])
+@pytest.mark.parametrize("strategy", ["one_output_per_tree",
+                                      pytest.param("multi_output_tree", marks=needs_2_0)])
 def test_multi_target(strategy, tmp_path):
     Y = np.column_stack([Y_REG, Y_BIN, Y_POS])
     booster = _train({"tree_method": "hist", "multi_strategy": strategy}, Y)
@@ -151,18 +161,22 @@ def test_multi_target(strategy, tmp_path):
     assert forest.leaf_width == (3 if strategy == "multi_output_tree" else 1)
 
 
+@needs_2_0
 def test_multiclass_multi_output_tree(tmp_path):
     booster = _train({"objective": "multi:softprob", "num_class": 3, "tree_method": "hist",
                       "multi_strategy": "multi_output_tree"}, Y_CLS)
     assert _check(booster, X, tmp_path).leaf_width == 3
 
 
+@needs_2_0
 def test_multi_output_tree_2x_layout():
     """XGBoost 2.x wrote vector leaves into base_weights (no leaf_weights array)."""
     Y = np.column_stack([Y_REG, Y_BIN])
     booster = _train({"tree_method": "hist", "multi_strategy": "multi_output_tree"}, Y)
     doc = json.loads(booster.save_raw("json"))
     for tree in doc["learner"]["gradient_booster"]["model"]["trees"]:
+        if "leaf_weights" not in tree:  # written by 2.x-3.0: the layout already
+            continue
         leaf_weights = tree.pop("leaf_weights")
         for node, left in enumerate(tree["left_children"]):
             if left < 0:
@@ -273,7 +287,10 @@ def test_categorical_pandas(onehot, method, tmp_path):
     Xc = _odd_categories(_codes(df))
     for name, forest in forests.items():
         assert forest.has_categorical
-        assert forest.pandas_categories["s"] == tuple("pqrstuvwxyz")
+        if STORES_CATEGORIES:
+            assert forest.pandas_categories["s"] == tuple("pqrstuvwxyz")
+        else:
+            assert forest.pandas_categories is None
         assert forest.feature_names == ("a", "s", "k")
         assert_parity(reference.predict(forest, df), booster.inplace_predict(df), name)
         assert_parity(reference.predict(forest, Xc),
@@ -293,7 +310,8 @@ def test_categorical_pandas(onehot, method, tmp_path):
 def test_categorical_feature_types_numpy(tmp_path):
     df, y = _categorical_frame(seed=5)
     Xc = _codes(df)
-    booster = xgb.train({"max_depth": 6},
+    # XGBoost 1.x's default tree method (exact) learns no categorical splits.
+    booster = xgb.train({"max_depth": 6, "tree_method": "hist"},
                         xgb.DMatrix(Xc, y, feature_types=["q", "c", "c"],
                                     enable_categorical=True), 4)
     forest = _check(booster, _odd_categories(Xc), tmp_path,
@@ -309,7 +327,7 @@ def test_negative_fraction_category():
     X[:, 0] = rng.integers(0, 5, len(X))
     X[:, 1] = rng.normal(size=len(X))
     y = (X[:, 0] != 0) * 3.0 + X[:, 1] * 0.1
-    booster = xgb.train({"max_depth": 2, "max_cat_to_onehot": 1},
+    booster = xgb.train({"max_depth": 2, "max_cat_to_onehot": 1, "tree_method": "hist"},
                         xgb.DMatrix(X, y, feature_types=["c", "q"], enable_categorical=True), 3)
     forest = fx.load_bytes(bytes(booster.save_raw("json")))
     rows = np.array([[v, 0.0] for v in (0.0, -0.0, -0.5, -0.99, -1.0, 0.5, 4.9, 5.0, 1e30)],
@@ -322,7 +340,7 @@ def test_negative_fraction_category():
 
 def test_categorical_children_are_swapped():
     df, y = _categorical_frame()
-    booster = xgb.train({"max_depth": 1, "max_cat_to_onehot": 1},
+    booster = xgb.train({"max_depth": 1, "max_cat_to_onehot": 1, "tree_method": "hist"},
                         xgb.DMatrix(df[["s"]], y, enable_categorical=True), 1)
     tree = json.loads(booster.save_raw("json"))["learner"]["gradient_booster"]["model"][
         "trees"][0]
@@ -334,15 +352,47 @@ def test_categorical_children_are_swapped():
     assert list(forest.category_set(0)) == tree["categories"]
 
 
+def test_categories_before_2_0_go_the_default_way_when_invalid():
+    """XGBoost 1.5-1.7 sent a negative category, and one at or beyond the node's bitset,
+    the default way (CI's floor job checks it against XGBoost 1.7 itself): a file's
+    version picks the rule."""
+    df, y = _categorical_frame()
+    booster = xgb.train({"max_depth": 3, "max_cat_to_onehot": 1, "tree_method": "hist"},
+                        xgb.DMatrix(df[["s"]], y, enable_categorical=True), 2)
+    doc = json.loads(booster.save_raw("json"))
+    rules = {}
+    for major in (1, 2, 3):
+        doc["version"] = [major, 7, 0]
+        forest = fx.load_bytes(json.dumps(doc).encode())
+        rules[major] = (forest.negative_category, forest.beyond_category)
+    assert rules == {1: ("missing", "missing"), 2: ("not_in_set", "not_in_set"),
+                     3: ("not_in_set", "not_in_set")}
+
+
+def test_best_iteration_before_2_0():
+    """Files before 2.0 hold no iteration_indptr: a round is num_parallel_tree trees per
+    class."""
+    booster = _train({"objective": "multi:softprob", "num_class": 3,
+                      "num_parallel_tree": 2, "max_depth": 2}, Y_CLS, rounds=4)
+    doc = json.loads(booster.save_raw("json"))
+    model = doc["learner"]["gradient_booster"]["model"]
+    assert len(model["trees"]) == 24
+    model.pop("iteration_indptr", None)  # 2.0+ writes it
+    for rounds, trees in ((1, 6), (3, 18), (4, 24), (9, 24)):
+        assert fx.forest_from_document(doc, n_iterations=rounds).n_trees == trees
+    assert_parity(reference.predict(fx.forest_from_document(doc, n_iterations=3), X),
+                  booster.predict(xgb.DMatrix(X), iteration_range=(0, 3)))
+
+
 # ---- older formats -------------------------------------------------------------------
 
 def _as_1x(doc: dict) -> dict:
-    """Rewrite a 3.2 document the way XGBoost 1.0-1.3 wrote it."""
+    """Rewrite a document of the installed XGBoost the way XGBoost 1.0-1.3 wrote it."""
     doc = copy.deepcopy(doc)
     doc["version"] = [1, 2, 0]
     learner = doc["learner"]
     param = learner["learner_model_param"]
-    score = json.loads(param["base_score"].replace("E", "e"))
+    score = np.ravel(json.loads(param["base_score"].replace("E", "e")))
     assert len(score) == 1
     param["base_score"] = f"{np.float32(score[0]):E}"
     param.pop("num_target", None)
@@ -399,7 +449,10 @@ def random_models(draw):
     trees = []
     for t in range(n_trees):
         trees.append(_random_tree(draw, t, n_features, cat_features))
-    scores = [draw(st.floats(0.05, 0.95)) for _ in range(n_outputs)]
+    # Before 3.1, one base_score served every output.
+    scores = [draw(st.floats(0.05, 0.95)) for _ in range(n_outputs if VECTOR_BASE else 1)]
+    base_score = ("[" + ",".join(f"{np.float32(s):E}" for s in scores) + "]"
+                  if VECTOR_BASE else f"{np.float32(scores[0]):E}")
     doc = {
         "learner": {
             "attributes": {}, "feature_names": [],
@@ -411,11 +464,11 @@ def random_models(draw):
                 "tree_info": [t % n_outputs for t in range(n_trees)],
                 "trees": trees}, "name": "gbtree"},
             "learner_model_param": {
-                "base_score": "[" + ",".join(f"{np.float32(s):E}" for s in scores) + "]",
+                "base_score": base_score,
                 "boost_from_average": "1", "num_class": "0",
                 "num_feature": str(n_features), "num_target": str(n_outputs)},
             "objective": {"name": objective, "reg_loss_param": {"scale_pos_weight": "1"}}},
-        "version": [3, 2, 0]}
+        "version": [*XGB, 0]}
     return doc, n_features, cat_features
 
 

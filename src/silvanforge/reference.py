@@ -43,8 +43,8 @@ def _go_left(f: Forest, node: np.ndarray, x: np.ndarray) -> np.ndarray:
         with np.errstate(invalid="ignore"):
             c = np.trunc(x)
             negative = (c < 0) if f.category_rule == "truncate" else (x < 0)
-            valid = (np.isfinite(x) & ~negative
-                     & (c < f.cat_words[node].astype(np.float64) * 32))
+            below = c < f.cat_words[node].astype(np.float64) * 32
+            valid = np.isfinite(x) & ~negative & below
             if f.category_rule == "exact":
                 valid &= c == x
         ci = np.where(valid, c, 0).astype(np.int64)
@@ -54,6 +54,8 @@ def _go_left(f: Forest, node: np.ndarray, x: np.ndarray) -> np.ndarray:
         holds = np.where(is_cat, in_set, holds)
         if f.negative_category == "missing":
             is_missing = is_missing | (is_cat & negative)
+        if f.beyond_category == "missing":
+            is_missing = is_missing | (is_cat & ~negative & ~below)
     return np.where(is_missing, f.default_left[node], holds)
 
 

@@ -1,13 +1,17 @@
 """XGBoost frontend: JSON / UBJSON model files (XGBoost 1.0 to 3.x) and live boosters.
 
-Semantics, checked against XGBoost 3.2 by ``tests/test_xgboost.py``:
+Semantics, checked against XGBoost 3.2, and 1.7 in CI's floor job, by
+``tests/test_xgboost.py``:
 
 * Numeric split: ``x < split_condition`` goes left, compared in float32 (thresholds are
   float32 in the file; inputs are cast to float32); NaN takes ``default_left``.
 * Categorical split (``split_type`` 1): XGBoost sends the categories of the node's set
   to the RIGHT child and everything else (other, negative, >= 2**24 categories) left.
   The Forest's convention is "test holds → left", so such nodes get their children and
-  their default direction swapped.
+  their default direction swapped. Files written by XGBoost before 2.0 (1.5-1.7) are
+  predicted as those versions did: a negative value, and one at or beyond the node's
+  bitset (32 categories a word, as many words as its largest category needs), takes the
+  default direction (``negative_category`` and ``beyond_category`` "missing").
 * Leaf values are the ``split_conditions`` entries of leaves (scalar trees); vector-leaf
   trees (``multi_strategy="multi_output_tree"``) keep theirs in ``leaf_weights`` (3.2+,
   indexed by the leaf's ``right_children`` entry) or in ``base_weights`` (2.x).
@@ -19,7 +23,8 @@ Semantics, checked against XGBoost 3.2 by ``tests/test_xgboost.py``:
 * Trees used: a file or a ``Booster`` gives every tree, as ``Booster.predict`` and
   ``inplace_predict`` do by default, even when the model stores a ``best_iteration``
   from early stopping. An sklearn wrapper (``XGBModel``) gives the trees up to its
-  ``best_iteration``, as its own ``predict``/``predict_proba`` do.
+  ``best_iteration``, as its own ``predict``/``predict_proba`` do (rounds counted by
+  ``iteration_indptr``, or before 2.0 as ``num_parallel_tree`` trees per class).
 * Covers (``sum_hessian``, the training hessian that reached each node) are kept for
   TreeSHAP; the JSON holds them as float32, which ``pred_contribs`` computes with.
 * pandas categories: XGBoost 3.1+ stores the training categories (``cats``) and
@@ -228,12 +233,14 @@ def forest_from_document(doc: dict, n_iterations: int | None = None) -> Forest:
     learner = _get(doc, "learner", "model")
     version = doc.get("version")
     source = "xgboost"
+    before_2 = False
     if isinstance(version, np.ndarray) and version.dtype.kind == "f":
         # Read as numbers by frontends/numbers.py: whole ones are the version's ints.
         version = [int(v) if v.is_integer() else v for v in version.tolist()]
     if isinstance(version, (list, np.ndarray)) and len(version) == 3 and all(
             isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in version):
         source = "xgboost " + ".".join(str(int(v)) for v in version)
+        before_2 = int(version[0]) < 2
 
     objective = _get(_get(learner, "objective", "learner"), "name", "learner.objective", str)
     booster = _get(learner, "gradient_booster", "learner")
@@ -280,7 +287,9 @@ def forest_from_document(doc: dict, n_iterations: int | None = None) -> Forest:
         n_features=n_features, n_outputs=n_outputs, base_score=base_margin,
         trees_per_round=_trees_per_round(model, vector, n_outputs), leaf_layout="trees_1d",
         post_transform=transform, input_dtype=np.float32, category_rule="nonnegative",
-        negative_category="not_in_set", flat_output=True, feature_names=feature_names,
+        negative_category="missing" if before_2 else "not_in_set",
+        beyond_category="missing" if before_2 else "not_in_set",
+        flat_output=True, feature_names=feature_names,
         pandas_categories=_pandas_categories(model, feature_names),
         # XGBoost's DMatrix reads a sparse matrix's absent entries as missing, and 3.1+
         # refuses a category its training never saw (both checked by the tests).
@@ -380,7 +389,7 @@ def _read_trees(model: dict, n_features: int, n_outputs: int,
         raise ModelFormatError(f"dart weight_drop has {len(weight_drop)} weights for "
                                f"{num_trees} trees")
     if n_iterations is not None:
-        num_trees = _trees_in_iterations(model, num_trees, n_iterations)
+        num_trees = _trees_in_iterations(model, num_trees, n_iterations, n_outputs)
     plain = _plain_trees(raw_trees[:num_trees], tree_info[:num_trees], weight_drop) \
         if at_once else None
     if plain is not None:
@@ -411,11 +420,15 @@ def _trees_per_round(model: dict, vector: bool, n_outputs: int) -> int:
     return parallel * (1 if vector else n_outputs)
 
 
-def _trees_in_iterations(model: dict, num_trees: int, n_iterations: int) -> int:
+def _trees_in_iterations(model: dict, num_trees: int, n_iterations: int,
+                         n_outputs: int) -> int:
     """How many trees the first ``n_iterations`` boosting rounds hold."""
     indptr = model.get("iteration_indptr")
     if indptr is None or len(indptr) == 0:
-        return num_trees  # no per-round layout recorded: keep every tree
+        # Before 2.0 (no iteration_indptr, no vector-leaf trees): a round's trees are
+        # num_parallel_tree per output.
+        return min(num_trees, max(n_iterations, 0) * _trees_per_round(model, False,
+                                                                      n_outputs))
     ptr = int_array(indptr, "iteration_indptr", 0, num_trees)
     if ptr[0] != 0 or ptr[-1] != num_trees or np.any(np.diff(ptr) < 0):
         raise ModelFormatError("iteration_indptr: must rise from 0 to the number of trees")

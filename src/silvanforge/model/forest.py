@@ -24,7 +24,9 @@ Split semantics, applied in this order at an internal node with input value ``x`
    cast); ``"nonnegative"`` — any ``x >= 0`` (XGBoost); ``"exact"`` — only a whole
    ``x >= 0`` (ONNX's set membership, scikit-learn's HistGradientBoosting encoder). Values that are negative under the rule are
    "not in the set", or take the default direction when ``negative_category ==
-   "missing"``; values too large for the node's bitset, and infinities, are not in it.
+   "missing"``; values too large for the node's bitset (``cat_words * 32`` and more), and
+   infinities, are not in it, or take the default direction when ``beyond_category ==
+   "missing"`` (XGBoost before 2.0, which sized a node's bitset by its largest category).
 
 A tree adds ``leaf_value[leaf]`` (``leaf_width`` numbers) to outputs
 ``tree_output[t] : tree_output[t] + leaf_width``. Linear leaves (LightGBM) replace the
@@ -159,6 +161,7 @@ class Forest:
     input_dtype: Any = np.float32
     category_rule: str = "truncate"
     negative_category: str = "not_in_set"
+    beyond_category: str = "not_in_set"
     flat_output: bool = True
     linear: LinearLeaves | None = None
     feature_names: tuple[str, ...] | None = None
@@ -469,6 +472,8 @@ def _validate(f: Forest) -> np.ndarray:
         raise ModelFormatError(f"unknown category rule {f.category_rule!r}")
     if f.negative_category not in ("not_in_set", "missing"):
         raise ModelFormatError(f"unknown negative-category rule {f.negative_category!r}")
+    if f.beyond_category not in ("not_in_set", "missing"):
+        raise ModelFormatError(f"unknown beyond-category rule {f.beyond_category!r}")
     if f.unseen_category not in ("missing", "error"):
         raise ModelFormatError(f"unknown unseen-category rule {f.unseen_category!r}")
     if f.sparse_absent not in ("zero", "missing"):

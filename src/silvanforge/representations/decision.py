@@ -54,6 +54,7 @@ class DecisionSpec:
     default_left: bool | None     # the one default direction, None when nodes differ
     category_rule: str
     negative_category: str
+    beyond_category: str
     compare: ir.DType             # threshold and comparison type
     input: ir.DType               # type of the row values the kernel receives
     # Category sets as masks in the threshold's bits (every set fits), not in a bitset.
@@ -71,6 +72,9 @@ class DecisionSpec:
         internal = ~forest.is_leaf
         defaults = np.unique(forest.default_left[internal])
         compare = PRECISIONS[precision]
+        # A mask holds no node's bitset size, which "beyond" is measured by.
+        masks = forest.beyond_category == "not_in_set" and \
+            _sets_fit(forest, internal, compare.bits)
         return cls(
             ops=tuple(np.unique(forest.split_op[internal]).tolist()) or (OP_LT,),
             missing=tuple(np.unique(forest.missing[internal]).tolist()) or (MISSING_NAN,),
@@ -78,9 +82,10 @@ class DecisionSpec:
             (False if len(defaults) == 0 else None),
             category_rule=forest.category_rule,
             negative_category=forest.negative_category,
+            beyond_category=forest.beyond_category,
             compare=compare,
             input=_INPUT[forest.input_dtype],
-            category_mask=_sets_fit(forest, internal, compare.bits))
+            category_mask=masks)
 
     @property
     def mask_type(self) -> ir.DType:
@@ -413,12 +418,14 @@ def go_left(spec: DecisionSpec, loads: NodeLoads, feature_value: FeatureLoader) 
     holds_by_op: dict[int, ir.Expr] = {
         o: ir.Cmp(_COMPARE[o], xv, loads.threshold) for o in spec.ops if o != OP_CAT}
     if spec.has_categorical:
-        in_set, negative = _category_test(spec, loads, xv)
+        in_set, negative, beyond = _category_test(spec, loads, xv)
         holds_by_op[OP_CAT] = in_set
+        is_cat = ir.Cmp("eq", op, ir.Const(OP_CAT, ir.I32)) if multi_op \
+            else ir.Const(True, ir.BOOL)
         if spec.negative_category == "missing":
-            is_cat = ir.Cmp("eq", op, ir.Const(OP_CAT, ir.I32)) if multi_op \
-                else ir.Const(True, ir.BOOL)
             missing = _or(missing, _and(is_cat, negative))
+        if beyond is not None:
+            missing = _or(missing, _and(is_cat, beyond))
     holds = _dispatch(op, holds_by_op)
 
     if isinstance(missing, ir.Const) and not missing.value:
@@ -443,8 +450,9 @@ def go_left(spec: DecisionSpec, loads: NodeLoads, feature_value: FeatureLoader) 
 
 
 def _category_test(spec: DecisionSpec, loads: NodeLoads,
-                   x: ir.Expr) -> tuple[ir.Expr, ir.Expr]:
-    """(in the node's set, negative under the category rule) for value ``x``; the
+                   x: ir.Expr) -> tuple[ir.Expr, ir.Expr, ir.Expr | None]:
+    """(in the node's set, negative under the category rule, at or beyond the node's
+    bitset where ``beyond_category`` is "missing", else None) for value ``x``; the
     first is false whenever the value is not a valid category."""
     if spec.category_mask:
         M = spec.mask_type
@@ -452,7 +460,7 @@ def _category_test(spec: DecisionSpec, loads: NodeLoads,
             ir.Bitcast(loads.threshold, M)
         operand = loads.cat_operand or category_operand(spec, x)
         return (ir.Cmp("ne", ir.BinOp("and", operand.bit, mask), ir.Const(0, M)),
-                operand.negative)
+                operand.negative, None)
     F = spec.compare
     limit = ir.Cast(ir.BinOp("mul", loads.cat_words, ir.Const(32, ir.I32)), F)
     c, negative, valid = _category(spec, x, limit)
@@ -463,4 +471,6 @@ def _category_test(spec: DecisionSpec, loads: NodeLoads,
         ir.BinOp("lshr", category, ir.Const(5, ir.I64))))
     bit = ir.BinOp("and", ir.BinOp("lshr", word, ir.Cast(
         ir.BinOp("and", category, ir.Const(31, ir.I64)), ir.I32)), ir.Const(1, ir.I32))
-    return _and(valid, ir.Cmp("ne", bit, ir.Const(0, ir.I32))), negative
+    beyond = _and(ir.Not(negative), ir.Not(ir.Cmp("lt", c, limit))) \
+        if spec.beyond_category == "missing" else None
+    return _and(valid, ir.Cmp("ne", bit, ir.Const(0, ir.I32))), negative, beyond
