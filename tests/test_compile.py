@@ -8,8 +8,15 @@ to float64 summation order.
 
 from __future__ import annotations
 
+import gc
+import inspect
 import pickle
+import re
+import sys
 import threading
+import tracemalloc
+import types
+import weakref
 
 import numpy as np
 import pytest
@@ -20,6 +27,7 @@ from silvanforge import reference
 from silvanforge.backends.cpu import Target
 from silvanforge.errors import InputError, ModelFormatError, ScheduleError
 from silvanforge.plan.plan import MAX_JOBS
+from silvanforge.runtime.predictor import Predictor
 from silvanforge.schedule.schedule import MAX_SHARE
 
 from test_forest import random_forests, stump, forest_of
@@ -339,7 +347,11 @@ def test_bad_arguments(forest):
 
 
 def spy_on_kernels(predictor, monkeypatch) -> list:
-    """(rows argument, what the entry returned) for each kernel call of ``predictor``."""
+    """(rows argument, what the entry returned) for each kernel call of ``predictor``.
+    The calls ``predict``'s builtin makes from machine code no spy sees: spied calls
+    take the Python method (test_quick_predict tests the builtin)."""
+    if "predict" in vars(predictor):
+        monkeypatch.delitem(vars(predictor), "predict")
     calls = []
     for kernel in (predictor._main, predictor._small):
         def spy(rows, *args, call=kernel.call):
@@ -388,6 +400,76 @@ def test_every_input_layout_predicts_the_same(forest, monkeypatch, entry_kind, n
         predictor.predict(np.zeros((0, 4), np.float32))
     with pytest.raises(InputError, match="2-D"):
         predictor.predict(np.zeros(3, np.float32))
+
+
+def test_quick_predict(forest):
+    """predict(X) of a few rows is a builtin (backends/cpu/entry.py quick_predict) that
+    returns what the Python method returns, and hands it every other call."""
+    predictor = silvanforge.compile(forest, n_jobs=2)
+    quick, method = predictor.predict, Predictor.predict.__get__(predictor)
+    assert isinstance(quick, types.BuiltinFunctionType)
+    assert str(inspect.signature(quick)) == "(X, output='value', n_jobs=None)"
+    assert inspect.getdoc(Predictor.predict) in quick.__doc__
+    rng = np.random.default_rng(11)
+    small = predictor.plan.small_batch
+    for n in (1, 2, small, small + 1, 300):
+        X = rng.normal(size=(n, 3)).astype(np.float32)
+        X[0, 0] = np.nan
+        for rows in (X, X.astype(np.float64), X.astype(">f4"), np.asfortranarray(X),
+                     X.tolist(), X[None], X[:, :2]):
+            for args, kwargs in (((rows,), {}), ((rows, "margin"), {}),
+                                 ((rows,), {"n_jobs": 1}), ((rows,), {"output": "leaf"})):
+                try:
+                    want = method(*args, **kwargs)
+                except InputError as exc:
+                    with pytest.raises(InputError, match=re.escape(str(exc))):
+                        quick(*args, **kwargs)
+                    continue
+                np.testing.assert_array_equal(quick(*args, **kwargs), want)
+    with pytest.raises(TypeError, match="X"):
+        quick()
+    # No reference leaks: the rows, the row count, the result.
+    X = rng.normal(size=(5, 3)).astype(np.float32)
+    before = sys.getrefcount(X), sys.getrefcount(5)
+    results = [quick(X) for _ in range(500)]
+    after = sys.getrefcount(X), sys.getrefcount(5), sys.getrefcount(results[0])
+    assert after == (*before, 2)  # counted outside the assert, which holds its operands
+    # Rows the entry refuses: the result allocated for them is freed (~150 bytes a call).
+    odd = X.astype(">f4")
+    quick(odd)
+    tracemalloc.start()
+    try:
+        for _ in range(2000):
+            quick(odd)
+        grown = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert grown < 100_000
+    # The builtin holds its predictor (a cycle the collector frees); taken alone, it
+    # keeps working.
+    kept = weakref.ref(predictor)
+    del predictor, method
+    gc.collect()
+    assert kept() is not None
+    np.testing.assert_array_equal(quick(X), results[0])
+    np.testing.assert_array_equal(quick(X.tolist()), results[0])
+    del quick
+    gc.collect()
+    assert kept() is None
+    # Forests of several outputs, and Pythons without the builtin entry, keep the method.
+    assert isinstance(silvanforge.compile(forest.replace(
+        n_outputs=2, tree_output=forest.tree_output % 2, base_score=np.zeros(2),
+        flat_output=False)).predict, types.MethodType)
+
+
+def test_quick_predict_without_the_builtin_entry(forest, monkeypatch):
+    from silvanforge.backends.cpu import entry
+
+    monkeypatch.setattr(entry, "_layout", lambda: None)
+    predictor = silvanforge.compile(forest)
+    assert isinstance(predictor.predict, type(predictor.dump))  # the method
+    X = np.random.default_rng(3).normal(size=(4, 3)).astype(np.float32)
+    np.testing.assert_allclose(predictor.predict(X), reference.predict(forest, X), rtol=1e-6)
 
 
 def test_dumps(forest):

@@ -28,6 +28,7 @@ again.
 from __future__ import annotations
 
 import hashlib
+import inspect
 import io
 import itertools
 import logging
@@ -43,7 +44,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..backends.cpu import (CompiledKernel, RowsLayout, Target, compile_kernels,
-                            start_workers)
+                            quick_predict, start_workers)
 from ..errors import BackendError, InputError, ModelFormatError, SilvanForgeError
 from ..export import Exported, Kernels, write_library
 from ..hir import print_plan
@@ -201,6 +202,14 @@ class Predictor(ForestShape):
             value is not None and value != _SCORE
         self._few_finish = value
         self._few_width = None if self._flat else forest.n_outputs
+        if self._few and self._flat:
+            # Those first lines as machine code (backends/cpu/entry.py quick_predict):
+            # predict(X) is then a builtin, which gives any other call to this method.
+            # It holds the method, so a predictor is freed by the garbage collector.
+            quick = quick_predict(self._small.call, self.predict, _zeros, self._small_batch,
+                                  value, self._model_arrays, inspect.getdoc(Predictor.predict))
+            if quick is not None:
+                self.predict = quick  # type: ignore[method-assign]
         self._leaf: Predictor | None = None
         if leaf_code or "leaf" in plan.outputs:
             self._leaf = Predictor(plan.leaf_plan(), leaf_code, built_for)
