@@ -8,7 +8,6 @@ to float64 summation order.
 
 from __future__ import annotations
 
-import gc
 import inspect
 import pickle
 import re
@@ -348,10 +347,9 @@ def test_bad_arguments(forest):
 
 def spy_on_kernels(predictor, monkeypatch) -> list:
     """(rows argument, what the entry returned) for each kernel call of ``predictor``.
-    The calls ``predict``'s builtin makes from machine code no spy sees: spied calls
-    take the Python method (test_quick_predict tests the builtin)."""
-    if "predict" in vars(predictor):
-        monkeypatch.delitem(vars(predictor), "predict")
+    The calls the quick builtin makes from machine code no spy sees: spied calls take
+    the Python method (test_quick_predict tests the builtin)."""
+    monkeypatch.setattr(predictor, "_quick", None)
     calls = []
     for kernel in (predictor._main, predictor._small):
         def spy(rows, *args, call=kernel.call):
@@ -403,13 +401,15 @@ def test_every_input_layout_predicts_the_same(forest, monkeypatch, entry_kind, n
 
 
 def test_quick_predict(forest):
-    """predict(X) of a few rows is a builtin (backends/cpu/entry.py quick_predict) that
-    returns what the Python method returns, and hands it every other call."""
+    """predict is machine code (backends/cpu/entry.py): predict(X) of a few rows runs the
+    predictor's quick builtin, which returns what the Python method returns; every other
+    call goes to the method."""
     predictor = silvanforge.compile(forest, n_jobs=2)
-    quick, method = predictor.predict, Predictor.predict.__get__(predictor)
-    assert isinstance(quick, types.BuiltinFunctionType)
+    quick, method = predictor.predict, Predictor._predict.__get__(predictor)
+    assert isinstance(quick, types.BuiltinMethodType) and quick.__self__ is predictor
+    assert predictor._quick is not None
     assert str(inspect.signature(quick)) == "(X, output='value', n_jobs=None)"
-    assert inspect.getdoc(Predictor.predict) in quick.__doc__
+    assert inspect.getdoc(Predictor._predict) in quick.__doc__
     rng = np.random.default_rng(11)
     small = predictor.plan.small_batch
     for n in (1, 2, small, small + 1, 300):
@@ -418,7 +418,8 @@ def test_quick_predict(forest):
         for rows in (X, X.astype(np.float64), X.astype(">f4"), np.asfortranarray(X),
                      X.tolist(), X[None], X[:, :2]):
             for args, kwargs in (((rows,), {}), ((rows, "margin"), {}),
-                                 ((rows,), {"n_jobs": 1}), ((rows,), {"output": "leaf"})):
+                                 ((rows,), {"n_jobs": 1}), ((rows,), {"output": "leaf"}),
+                                 ((rows, "value", 1), {})):
                 try:
                     want = method(*args, **kwargs)
                 except InputError as exc:
@@ -426,40 +427,40 @@ def test_quick_predict(forest):
                         quick(*args, **kwargs)
                     continue
                 np.testing.assert_array_equal(quick(*args, **kwargs), want)
-    with pytest.raises(TypeError, match="X"):
-        quick()
-    # No reference leaks: the rows, the row count, the result.
+    for args, kwargs in (((), {}), ((X, "value", 1, 2), {}), ((X,), {"bad": 1})):
+        with pytest.raises(TypeError):
+            quick(*args, **kwargs)
+    with pytest.raises(TypeError, match="Predictor"):
+        Predictor.predict(3, X)
     X = rng.normal(size=(5, 3)).astype(np.float32)
-    before = sys.getrefcount(X), sys.getrefcount(5)
-    results = [quick(X) for _ in range(500)]
-    after = sys.getrefcount(X), sys.getrefcount(5), sys.getrefcount(results[0])
+    # No reference leaks: the rows, the row count, the quick builtin, the result.
+    before = sys.getrefcount(X), sys.getrefcount(5), sys.getrefcount(predictor._quick)
+    results = [predictor.predict(X) for _ in range(500)]
+    after = (sys.getrefcount(X), sys.getrefcount(5), sys.getrefcount(predictor._quick),
+             sys.getrefcount(results[0]))
     assert after == (*before, 2)  # counted outside the assert, which holds its operands
     # Rows the entry refuses: the result allocated for them is freed (~150 bytes a call).
     odd = X.astype(">f4")
-    quick(odd)
+    predictor.predict(odd)
     tracemalloc.start()
     try:
         for _ in range(2000):
-            quick(odd)
+            predictor.predict(odd)
         grown = tracemalloc.get_traced_memory()[0]
     finally:
         tracemalloc.stop()
     assert grown < 100_000
-    # The builtin holds its predictor (a cycle the collector frees); taken alone, it
-    # keeps working.
+    # The builtin holds no predictor: one is freed when its last reference goes.
     kept = weakref.ref(predictor)
-    del predictor, method
-    gc.collect()
-    assert kept() is not None
-    np.testing.assert_array_equal(quick(X), results[0])
-    np.testing.assert_array_equal(quick(X.tolist()), results[0])
-    del quick
-    gc.collect()
+    del predictor, method, quick
     assert kept() is None
-    # Forests of several outputs, and Pythons without the builtin entry, keep the method.
-    assert isinstance(silvanforge.compile(forest.replace(
+    # Forests of several outputs have no quick builtin.
+    several = silvanforge.compile(forest.replace(
         n_outputs=2, tree_output=forest.tree_output % 2, base_score=np.zeros(2),
-        flat_output=False)).predict, types.MethodType)
+        flat_output=False))
+    assert several._quick is None
+    np.testing.assert_allclose(several.predict(X), reference.predict(several.forest, X),
+                               rtol=1e-6)
 
 
 def test_quick_predict_without_the_builtin_entry(forest, monkeypatch):
@@ -467,7 +468,7 @@ def test_quick_predict_without_the_builtin_entry(forest, monkeypatch):
 
     monkeypatch.setattr(entry, "_layout", lambda: None)
     predictor = silvanforge.compile(forest)
-    assert isinstance(predictor.predict, type(predictor.dump))  # the method
+    assert predictor._quick is None
     X = np.random.default_rng(3).normal(size=(4, 3)).astype(np.float32)
     np.testing.assert_allclose(predictor.predict(X), reference.predict(forest, X), rtol=1e-6)
 

@@ -25,10 +25,10 @@ Python builds whose object layout differs (free-threaded or debug CPython, PyPy)
 detected by probing an array; there :func:`kernel_entry` falls back to the ctypes
 function, checking the rows in Python.
 
-:func:`quick_predict` builds a second builtin over such an entry: ``predict(X)`` itself
-for the common call (one 2-D ndarray of a few rows, no other argument), which allocates
-the result and runs the entry in machine code, and hands any other call, unchanged, to
-the Python method it stands for.
+:func:`quick_predict` builds a second builtin over such an entry, for a predictor's
+common call (one 2-D ndarray of a few rows, no other argument): it allocates the result
+and runs the entry in machine code. :func:`dispatching_method` is the ``predict`` method
+that calls it, and hands every other call, unchanged, to the Python method.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import platform
+import sys
 from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple, Sequence
 
@@ -156,20 +157,13 @@ def _module(free: Sequence[ir.Buffer | ir.Var], bound: Sequence[int], kernel: in
     message.initializer = lir.Constant(message.value_type, bytearray(text))
     message.global_constant = True
 
+    out = _Out(builder, fn)
+    field, give = out.field, out.give
+
     def check(ok: Any, otherwise: Any = fail) -> None:
         go = fn.append_basic_block("go")
         builder.cbranch(ok, go, otherwise)
         builder.position_at_end(go)
-
-    def field(obj: Any, offset: int, kind: lir.Type = _PTR) -> Any:
-        at = builder.gep(obj, [_I64(offset)])
-        return builder.load(builder.bitcast(at, kind.as_pointer()))
-
-    def give(obj: object) -> None:
-        """Return a new reference to ``obj``, which outlives the entry."""
-        address = builder.inttoptr(_I64(id(obj)), _PTR)
-        _call(builder, _function("Py_IncRef"), lir.VoidType(), [address])
-        builder.ret(address)
 
     check(builder.icmp_signed("==", nargs, _I64(len(free))))
     values, objects = [], []
@@ -177,13 +171,13 @@ def _module(free: Sequence[ir.Buffer | ir.Var], bound: Sequence[int], kernel: in
         obj = builder.load(builder.gep(args, [_I64(i)]))
         objects.append(obj)
         if isinstance(p, ir.Buffer):
-            ndarray = builder.inttoptr(_I64(id(np.ndarray)), _PTR)
-            check(builder.icmp_unsigned("==", field(obj, offsets.ob_type), ndarray))
+            check(builder.icmp_unsigned("==", field(obj, offsets.ob_type),
+                                        out.obj(np.ndarray)))
             values.append(field(obj, offsets.data))
         else:
             value = _call(builder, _function("PyLong_AsLongLong"), _I64, [obj])
             error = _call(builder, _function("PyErr_Occurred"), _PTR, [])
-            check(builder.icmp_unsigned("==", error, lir.Constant(_PTR, None)))
+            check(builder.icmp_unsigned("==", error, out.null))
             values.append(builder.trunc(value, _INT_TYPES[p.dtype])
                           if p.dtype != ir.I64 else value)
     if rows is not None:
@@ -227,7 +221,7 @@ def _module(free: Sequence[ir.Buffer | ir.Var], bound: Sequence[int], kernel: in
     error = _call(builder, _function("PyErr_Occurred"), _PTR, [])
     raised = fn.append_basic_block("raised")
     unset = fn.append_basic_block("unset")
-    builder.cbranch(builder.icmp_unsigned("==", error, lir.Constant(_PTR, None)),
+    builder.cbranch(builder.icmp_unsigned("==", error, out.null),
                     unset, raised)
     builder.position_at_end(unset)
     type_error = ctypes.c_void_p.in_dll(ctypes.pythonapi, "PyExc_TypeError").value
@@ -235,7 +229,7 @@ def _module(free: Sequence[ir.Buffer | ir.Var], bound: Sequence[int], kernel: in
           [builder.inttoptr(_I64(type_error), _PTR), builder.bitcast(message, _PTR)])
     builder.branch(raised)
     builder.position_at_end(raised)
-    builder.ret(lir.Constant(_PTR, None))
+    builder.ret(out.null)
     return module
 
 
@@ -280,8 +274,20 @@ def _narrowed(builder: lir.IRBuilder, fn: lir.Function, check: Callable, kind: A
     return narrowed
 
 
-def _builtin(module: lir.Module, keep: Any, name: bytes = b"kernel_entry",
-             flags: int = _METH_FASTCALL, doc: bytes | None = None) -> Callable:
+def _machine_code(module: lir.Module) -> tuple[Any, int]:
+    """(the engine holding ``module``'s code, the address of its ``entry``)."""
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    # Each engine owns its target machine: this one gets its own. Level 0: a few calls
+    # and loads gain nothing from optimising, and code generation takes 3x less time.
+    machine = llvm.Target.from_triple(llvm.get_process_triple()).create_target_machine(
+        opt=0, jit=True)
+    engine = llvm.create_mcjit_compiler(llvm.parse_assembly(str(module)), machine)
+    engine.finalize_object()
+    return engine, engine.get_function_address("entry")
+
+
+def _builtin(module: lir.Module, keep: Any, name: bytes = b"kernel_entry") -> Callable:
     """The builtin running ``module``'s ``entry``.
 
     Its ``self`` is a tuple of what must outlive it: the method table, which the builtin
@@ -289,13 +295,8 @@ def _builtin(module: lir.Module, keep: Any, name: bytes = b"kernel_entry",
     the garbage collector never clears one: an instance's attributes it may clear while
     the builtin still points at them.
     """
-    # Each engine owns its target machine: this one gets its own. Level 0: a few calls
-    # and loads gain nothing from optimising, and code generation takes 3x less time.
-    machine = llvm.Target.from_triple(llvm.get_process_triple()).create_target_machine(
-        opt=0, jit=True)
-    engine = llvm.create_mcjit_compiler(llvm.parse_assembly(str(module)), machine)
-    engine.finalize_object()
-    method = _MethodDef(name, engine.get_function_address("entry"), flags, doc)
+    engine, address = _machine_code(module)
+    method = _MethodDef(name, address, _METH_FASTCALL, None)
     new = ctypes.pythonapi.PyCFunction_NewEx
     new.restype = ctypes.py_object
     new.argtypes = [ctypes.c_void_p, ctypes.py_object, ctypes.c_void_p]
@@ -347,89 +348,200 @@ def kernel_entry(params: Sequence[ir.Buffer | ir.Var], function: Callable, addre
     return _builtin(_module(free, bound, address, layout, rows), (keep, rows))
 
 
-def quick_predict(entry: Callable, general: Callable, zeros: Callable, max_rows: int,
-                  finish: int, keep: Any, doc: str) -> Callable | None:
-    """A builtin standing for ``general`` (a bound ``predict(X, output=..., n_jobs=...)``)
-    that runs ``predict(X)`` itself when ``X`` is the only argument, an ndarray of 2
-    dimensions and 1 to ``max_rows`` rows: ``result = zeros(n)``, then ``entry(X, n,
-    result, 1, finish)`` (a :func:`kernel_entry` builtin checking the rest), returning
-    ``result`` when the entry ran. Any other call, and rows the entry refuses, go to
-    ``general`` as they came. None where ``entry`` is not a builtin (the ctypes
-    fallback). ``keep`` lives as long as the builtin; ``doc`` is its docstring, after a
-    signature line.
-
-    Python's own method costs ~0.3 µs a call, a third of a one-row walk through 100
-    trees (docs/ARCHITECTURE.md "Calling a kernel from Python").
+def quick_predict(entry: Callable, zeros: Callable, max_rows: int, finish: int,
+                  keep: Any) -> Callable | None:
+    """A builtin ``quick(X)`` that runs a predictor's common call itself: for ``X`` an
+    ndarray of 2 dimensions and 1 to ``max_rows`` rows, ``result = zeros(n)``, then
+    ``entry(X, n, result, 1, finish)`` (a :func:`kernel_entry` builtin checking the
+    rest), and ``result`` when the entry ran; NotImplemented for anything else (the
+    caller's general path takes it). None where ``entry`` is not a builtin (the ctypes
+    fallback). ``keep`` lives as long as the builtin; the builtin holds no predictor
+    (:func:`dispatching_method` finds it on one).
     """
-    if _layout() is None or not isinstance(entry.__self__, tuple):
-        return None
     offsets = _layout()
+    if offsets is None or not isinstance(getattr(entry, "__self__", None), tuple):
+        return None
     module = lir.Module("quick")
-    fn = lir.Function(module, lir.FunctionType(
-        _PTR, [_PTR, _PTR.as_pointer(), _I64, _PTR]), "entry")
-    _, args, nargsf, kwnames = fn.args
+    fn = lir.Function(module, lir.FunctionType(_PTR, [_PTR, _PTR.as_pointer(), _I64]),
+                      "entry")
+    _, args, nargs = fn.args
     builder = lir.IRBuilder(fn.append_basic_block("start"))
     with builder.goto_entry_block():
         argv = builder.alloca(_PTR, 5, name="argv")
-    slow = fn.append_basic_block("general")
-    null = lir.Constant(_PTR, None)
+    other = fn.append_basic_block("other")
     i32 = lir.IntType(32)
+    out = _Out(builder, fn)
+
+    def check(ok: Any) -> None:
+        go = fn.append_basic_block("go")
+        builder.cbranch(ok, go, other)
+        builder.position_at_end(go)
+
+    check(builder.icmp_signed("==", nargs, _I64(1)))
+    rows = builder.load(args)
+    check(builder.icmp_unsigned("==", out.field(rows, offsets.ob_type), out.obj(np.ndarray)))
+    check(builder.icmp_signed("==", out.field(rows, offsets.nd, i32), i32(2)))
+    n = builder.load(builder.bitcast(out.field(rows, offsets.dimensions),
+                                     _I64.as_pointer()))
+    # 1 <= n <= max_rows as one unsigned compare: n - 1 < max_rows.
+    check(builder.icmp_unsigned("<", builder.sub(n, _I64(1)), _I64(max_rows)))
+    count = _call(builder, _function("PyLong_FromSsize_t"), _PTR, [n])
+    out.fail_if_null(count)
+    builder.store(count, argv)
+    result = _call(builder, _function("PyObject_Vectorcall"), _PTR,
+                   [out.obj(zeros), argv, _I64(1), out.null])
+    out.fail_if_null(result, count)
+    for i, value in enumerate((rows, count, result, out.obj(1), out.obj(finish))):
+        builder.store(value, builder.gep(argv, [_I64(i)]))
+    ran = _call(builder, entry.__self__[0].meth, _PTR,
+                [out.obj(entry.__self__), argv, _I64(5)])
+    out.release(count)
+    out.fail_if_null(ran, result)
+    out.release(ran)
+    went, refused = fn.append_basic_block("ran"), fn.append_basic_block("refused")
+    builder.cbranch(builder.icmp_unsigned("==", ran, out.obj(True)), went, refused)
+    builder.position_at_end(went)
+    builder.ret(result)
+    builder.position_at_end(refused)
+    out.release(result)
+    builder.branch(other)
+    builder.position_at_end(other)
+    out.give(NotImplemented)
+    return _builtin(module, (entry, zeros, finish, keep), b"quick")
+
+
+def dispatching_method(owner: type, attribute: str, general: str, doc: str) -> Any | None:
+    """A method for class ``owner`` in machine code (a method descriptor: ``obj.m(X)``
+    passes ``obj`` without a bound method, as for a Python function): with one
+    positional argument and no keyword, it calls ``obj.<attribute>`` (a
+    :func:`quick_predict` builtin, or None) with it and returns the result unless that
+    is NotImplemented; every other call, and those, go to ``obj.<general>`` with the
+    same arguments. ``doc`` (a signature line, ``--``, the text) is its docstring.
+    None where the builtin entry is not built (:func:`kernel_entry`).
+
+    Python's own method costs ~0.3 µs a call, a third of a one-row walk through 100
+    trees (docs/ARCHITECTURE.md "Calling a kernel from Python"); an instance attribute
+    holding a builtin that holds its instance would be a reference cycle, freed only
+    by the garbage collector.
+    """
+    if _layout() is None:
+        return None
+    module = lir.Module("dispatch")
+    fn = lir.Function(module, lir.FunctionType(
+        _PTR, [_PTR, _PTR.as_pointer(), _I64, _PTR]), "entry")
+    this, args, nargsf, kwnames = fn.args
+    builder = lir.IRBuilder(fn.append_basic_block("start"))
+    slow = fn.append_basic_block("general")
+    out = _Out(builder, fn)
+    names = (sys.intern(attribute), sys.intern(general))
+    nargs = builder.and_(nargsf, _I64(_COUNT_BITS))
 
     def check(ok: Any) -> None:
         go = fn.append_basic_block("go")
         builder.cbranch(ok, go, slow)
         builder.position_at_end(go)
 
-    def obj(value: object) -> Any:
-        return builder.inttoptr(_I64(id(value)), _PTR)
-
-    def field(of: Any, offset: int, kind: lir.Type = _PTR) -> Any:
-        return builder.load(builder.bitcast(builder.gep(of, [_I64(offset)]),
-                                            kind.as_pointer()))
-
-    def release(value: Any) -> None:
-        _call(builder, _function("Py_DecRef"), lir.VoidType(), [value])
-
-    def fail_if_null(value: Any, *held: Any) -> None:
-        raised, go = fn.append_basic_block("raised"), fn.append_basic_block("go")
-        builder.cbranch(builder.icmp_unsigned("==", value, null), raised, go)
-        builder.position_at_end(raised)
-        for h in held:
-            release(h)
-        builder.ret(null)
-        builder.position_at_end(go)
-
-    check(builder.icmp_unsigned("==", kwnames, null))
-    check(builder.icmp_signed("==", builder.and_(nargsf, _I64(_COUNT_BITS)), _I64(1)))
-    rows = builder.load(args)
-    check(builder.icmp_unsigned("==", field(rows, offsets.ob_type), obj(np.ndarray)))
-    check(builder.icmp_signed("==", field(rows, offsets.nd, i32), i32(2)))
-    n = builder.load(builder.bitcast(field(rows, offsets.dimensions), _I64.as_pointer()))
-    # 1 <= n <= max_rows as one unsigned compare: n - 1 < max_rows.
-    check(builder.icmp_unsigned("<", builder.sub(n, _I64(1)), _I64(max_rows)))
-    count = _call(builder, _function("PyLong_FromSsize_t"), _PTR, [n])
-    fail_if_null(count)
-    builder.store(count, argv)
+    check(builder.icmp_unsigned("==", kwnames, out.null))
+    check(builder.icmp_signed("==", nargs, _I64(1)))
+    quick = _call(builder, _function("PyObject_GetAttr"), _PTR, [this, out.obj(names[0])])
+    found, missing = fn.append_basic_block("found"), fn.append_basic_block("missing")
+    builder.cbranch(builder.icmp_unsigned("==", quick, out.null), missing, found)
+    builder.position_at_end(missing)
+    _call(builder, _function("PyErr_Clear"), lir.VoidType(), [])
+    builder.branch(slow)
+    builder.position_at_end(found)
+    none, call_quick = fn.append_basic_block("none"), fn.append_basic_block("call_quick")
+    builder.cbranch(builder.icmp_unsigned("==", quick, out.obj(None)), none, call_quick)
+    builder.position_at_end(none)
+    out.release(quick)
+    builder.branch(slow)
+    builder.position_at_end(call_quick)
     result = _call(builder, _function("PyObject_Vectorcall"), _PTR,
-                   [obj(zeros), argv, _I64(1), null])
-    fail_if_null(result, count)
-    for i, value in enumerate((rows, count, result, obj(1), obj(finish))):
-        builder.store(value, builder.gep(argv, [_I64(i)]))
-    ran = _call(builder, entry.__self__[0].meth, _PTR, [obj(entry.__self__), argv, _I64(5)])
-    release(count)
-    fail_if_null(ran, result)
-    release(ran)
-    went, refused = fn.append_basic_block("ran"), fn.append_basic_block("refused")
-    builder.cbranch(builder.icmp_unsigned("==", ran, obj(True)), went, refused)
-    builder.position_at_end(went)
+                   [quick, args, _I64(1), out.null])
+    out.release(quick)
+    done, declined = fn.append_basic_block("done"), fn.append_basic_block("declined")
+    builder.cbranch(builder.icmp_unsigned("==", result, out.obj(NotImplemented)),
+                    declined, done)
+    builder.position_at_end(done)
     builder.ret(result)
-    builder.position_at_end(refused)
-    release(result)
+    builder.position_at_end(declined)
+    out.release(result)
     builder.branch(slow)
 
+    # obj.<general>(*args, **kwargs): the arguments after the instance, on the stack.
     builder.position_at_end(slow)
-    builder.ret(_call(builder, _function("PyObject_Vectorcall"), _PTR,
-                      [obj(general), args, nargsf, kwnames]))
-    text = f"predict($self, X, output='value', n_jobs=None)\n--\n\n{doc}".encode()
-    return _builtin(module, (entry, general, zeros, finish, keep), b"predict",
-                    _METH_FASTCALL | _METH_KEYWORDS, text)
+    named, counted = fn.append_basic_block("named"), fn.append_basic_block("counted")
+    builder.cbranch(builder.icmp_unsigned("==", kwnames, out.null), counted, named)
+    builder.position_at_end(named)
+    size = _call(builder, _function("PyTuple_Size"), _I64, [kwnames])
+    builder.branch(counted)
+    builder.position_at_end(counted)
+    keywords = builder.phi(_I64)
+    keywords.add_incoming(_I64(0), slow)
+    keywords.add_incoming(size, named)
+    total = builder.add(nargs, keywords)
+    stack = builder.alloca(_PTR, builder.add(total, _I64(1)), name="stack")
+    builder.store(this, stack)
+    loop, body, call = (fn.append_basic_block(n) for n in ("copy", "copy_one", "call"))
+    start = builder.block
+    builder.branch(loop)
+    builder.position_at_end(loop)
+    i = builder.phi(_I64)
+    i.add_incoming(_I64(0), start)
+    builder.cbranch(builder.icmp_unsigned("<", i, total), body, call)
+    builder.position_at_end(body)
+    builder.store(builder.load(builder.gep(args, [i])),
+                  builder.gep(stack, [builder.add(i, _I64(1))]))
+    i.add_incoming(builder.add(i, _I64(1)), body)
+    builder.branch(loop)
+    builder.position_at_end(call)
+    builder.ret(_call(builder, _function("PyObject_VectorcallMethod"), _PTR,
+                      [out.obj(names[1]), stack, builder.add(nargs, _I64(1)), kwnames]))
+
+    engine, address = _machine_code(module)
+    method = _MethodDef(b"predict", address, _METH_FASTCALL | _METH_KEYWORDS, doc.encode())
+    new = ctypes.pythonapi.PyDescr_NewMethod
+    new.restype = ctypes.py_object
+    new.argtypes = [ctypes.py_object, ctypes.c_void_p]
+    descriptor = new(owner, ctypes.addressof(method))
+    _KEPT.append((method, engine, names))  # as long as the class: the process
+    return descriptor
+
+
+# What the dispatching methods read while their classes live.
+_KEPT: list[Any] = []
+
+
+class _Out:
+    """Helpers of the builtins' code: objects as constants, fields, references."""
+
+    def __init__(self, builder: lir.IRBuilder, fn: lir.Function) -> None:
+        self.builder, self.fn = builder, fn
+        self.null = lir.Constant(_PTR, None)
+
+    def obj(self, value: object) -> Any:
+        """``value`` (which outlives the code) as a constant pointer."""
+        return self.builder.inttoptr(_I64(id(value)), _PTR)
+
+    def field(self, of: Any, offset: int, kind: lir.Type = _PTR) -> Any:
+        at = self.builder.gep(of, [_I64(offset)])
+        return self.builder.load(self.builder.bitcast(at, kind.as_pointer()))
+
+    def release(self, value: Any) -> None:
+        _call(self.builder, _function("Py_DecRef"), lir.VoidType(), [value])
+
+    def give(self, value: object) -> None:
+        """Return a new reference to ``value``."""
+        _call(self.builder, _function("Py_IncRef"), lir.VoidType(), [self.obj(value)])
+        self.builder.ret(self.obj(value))
+
+    def fail_if_null(self, value: Any, *held: Any) -> None:
+        """Return NULL (the error raised) when ``value`` is NULL, releasing ``held``."""
+        raised = self.fn.append_basic_block("raised")
+        go = self.fn.append_basic_block("go")
+        self.builder.cbranch(self.builder.icmp_unsigned("==", value, self.null), raised, go)
+        self.builder.position_at_end(raised)
+        for h in held:
+            self.release(h)
+        self.builder.ret(self.null)
+        self.builder.position_at_end(go)
