@@ -427,9 +427,36 @@ def test_quick_predict(forest):
                         quick(*args, **kwargs)
                     continue
                 np.testing.assert_array_equal(quick(*args, **kwargs), want)
-    for args, kwargs in (((), {}), ((X, "value", 1, 2), {}), ((X,), {"bad": 1})):
+    for args, kwargs in (((), {}), ((X, "value", 1, 2), {}), ((X,), {"bad": 1}),
+                         ((X, "value"), {"output": "value"}), ((X, "value", 1), {"n_jobs": 1})):
         with pytest.raises(TypeError):
             quick(*args, **kwargs)
+    # The calls predict's first lines take run the quick builtin alone; the others, the
+    # Python method.
+    X = rng.normal(size=(3, 3)).astype(np.float32)
+    taken = []
+
+    def spy(self, *args, **kwargs):
+        taken.append(args)
+        return method(*args, **kwargs)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Predictor, "_predict", spy)
+        for args, kwargs, general in (
+                ((X,), {}, False), ((X, "value"), {}, False), ((X, "value", 2), {}, False),
+                ((X,), {"n_jobs": 1}, False), ((X,), {"output": "value", "n_jobs": 2}, False),
+                ((X, "value"), {"n_jobs": None}, False), ((X,), {"n_jobs": MAX_JOBS}, False),
+                ((X, "margin"), {}, True), ((X,), {"n_jobs": True}, True),
+                ((X,), {"n_jobs": 0}, True), ((X,), {"n_jobs": MAX_JOBS + 1}, True),
+                ((X,), {"n_jobs": 2**70}, True), ((X,), {"n_jobs": 1.0}, True),
+                ((X.tolist(),), {}, True), ((X, "".join(["val", "ue"])), {}, True)):
+            taken.clear()
+            try:
+                got = quick(*args, **kwargs)
+            except InputError:
+                got = None
+            assert bool(taken) == general, (args, kwargs)
+            if got is not None and not general:
+                np.testing.assert_array_equal(got, method(*args, **kwargs))
     with pytest.raises(TypeError, match="Predictor"):
         Predictor.predict(3, X)
     X = rng.normal(size=(5, 3)).astype(np.float32)

@@ -27,7 +27,7 @@ function, checking the rows in Python.
 
 :func:`quick_predict` builds a second builtin over such an entry, for a predictor's
 common call (one 2-D ndarray of a few rows, no other argument): it allocates the result
-and runs the entry in machine code. :func:`dispatching_method` is the ``predict`` method
+and runs the entry in machine code. :func:`predict_method` is the ``predict`` method
 that calls it, and hands every other call, unchanged, to the Python method.
 """
 
@@ -356,7 +356,7 @@ def quick_predict(entry: Callable, zeros: Callable, max_rows: int, finish: int,
     rest), and ``result`` when the entry ran; NotImplemented for anything else (the
     caller's general path takes it). None where ``entry`` is not a builtin (the ctypes
     fallback). ``keep`` lives as long as the builtin; the builtin holds no predictor
-    (:func:`dispatching_method` finds it on one).
+    (:func:`predict_method` finds it on one).
     """
     offsets = _layout()
     if offsets is None or not isinstance(getattr(entry, "__self__", None), tuple):
@@ -410,14 +410,16 @@ def quick_predict(entry: Callable, zeros: Callable, max_rows: int, finish: int,
     return _builtin(module, (entry, zeros, finish, keep), b"quick")
 
 
-def dispatching_method(owner: type, attribute: str, general: str, doc: str) -> Any | None:
-    """A method for class ``owner`` in machine code (a method descriptor: ``obj.m(X)``
-    passes ``obj`` without a bound method, as for a Python function): with one
-    positional argument and no keyword, it calls ``obj.<attribute>`` (a
-    :func:`quick_predict` builtin, or None) with it and returns the result unless that
-    is NotImplemented; every other call, and those, go to ``obj.<general>`` with the
-    same arguments. ``doc`` (a signature line, ``--``, the text) is its docstring.
-    None where the builtin entry is not built (:func:`kernel_entry`).
+def predict_method(owner: type, max_jobs: int, doc: str) -> Any | None:
+    """``owner.predict(X, output="value", n_jobs=None)`` in machine code (a method
+    descriptor: ``obj.predict(X)`` passes ``obj`` without a bound method, as for a
+    Python function). A call that the Python method's first lines would send to the
+    small kernel (``output``, if given, the very string ``"value"``; ``n_jobs``, if given,
+    None or an int from 1 to ``max_jobs``; positional or keyword) calls ``obj._quick``
+    (a :func:`quick_predict` builtin, or None) with ``X`` and returns the result unless
+    that is NotImplemented; every other call, and those, go to ``obj._predict`` (the
+    Python method) with the same arguments. ``doc`` (a signature line, ``--``, the text)
+    is its docstring. None where the builtin entry is not built (:func:`kernel_entry`).
 
     Python's own method costs ~0.3 µs a call, a third of a one-row walk through 100
     trees (docs/ARCHITECTURE.md "Calling a kernel from Python"); an instance attribute
@@ -426,14 +428,17 @@ def dispatching_method(owner: type, attribute: str, general: str, doc: str) -> A
     """
     if _layout() is None:
         return None
+    offsets = _layout()
     module = lir.Module("dispatch")
     fn = lir.Function(module, lir.FunctionType(
         _PTR, [_PTR, _PTR.as_pointer(), _I64, _PTR]), "entry")
     this, args, nargsf, kwnames = fn.args
     builder = lir.IRBuilder(fn.append_basic_block("start"))
+    with builder.goto_entry_block():
+        overflow = builder.alloca(lir.IntType(32), name="overflow")
     slow = fn.append_basic_block("general")
     out = _Out(builder, fn)
-    names = (sys.intern(attribute), sys.intern(general))
+    names = {n: sys.intern(n) for n in ("_quick", "_predict", "output", "n_jobs", "value")}
     nargs = builder.and_(nargsf, _I64(_COUNT_BITS))
 
     def check(ok: Any) -> None:
@@ -441,9 +446,69 @@ def dispatching_method(owner: type, attribute: str, general: str, doc: str) -> A
         builder.cbranch(ok, go, slow)
         builder.position_at_end(go)
 
-    check(builder.icmp_unsigned("==", kwnames, out.null))
-    check(builder.icmp_signed("==", nargs, _I64(1)))
-    quick = _call(builder, _function("PyObject_GetAttr"), _PTR, [this, out.obj(names[0])])
+    def when(condition: Any, then: Callable[[], None]) -> None:
+        """``then()``'s code (checks) where ``condition`` holds."""
+        yes, after = fn.append_basic_block("when"), fn.append_basic_block("after")
+        builder.cbranch(condition, yes, after)
+        builder.position_at_end(yes)
+        then()
+        builder.branch(after)
+        builder.position_at_end(after)
+
+    def output_ok(value: Any) -> None:
+        check(builder.icmp_unsigned("==", value, out.obj(names["value"])))
+
+    def jobs_ok(value: Any) -> None:  # None, or an int (not a bool) in 1..max_jobs
+        def number() -> None:
+            check(builder.icmp_unsigned("==", out.field(value, offsets.ob_type), out.obj(int)))
+            jobs = _call(builder, _function("PyLong_AsLongLongAndOverflow"), _I64,
+                         [value, overflow])
+            check(builder.icmp_signed("==", builder.load(overflow), lir.IntType(32)(0)))
+            check(builder.icmp_unsigned("<", builder.sub(jobs, _I64(1)), _I64(max_jobs)))
+        when(builder.icmp_unsigned("!=", value, out.obj(None)), number)
+
+    # The keywords' count (kwnames is NULL without any).
+    start = builder.block
+    named, counted = fn.append_basic_block("named"), fn.append_basic_block("counted")
+    builder.cbranch(builder.icmp_unsigned("==", kwnames, out.null), counted, named)
+    builder.position_at_end(named)
+    size = _call(builder, _function("PyTuple_Size"), _I64, [kwnames])
+    builder.branch(counted)
+    builder.position_at_end(counted)
+    keywords = builder.phi(_I64)
+    keywords.add_incoming(_I64(0), start)
+    keywords.add_incoming(size, named)
+    total = builder.add(nargs, keywords)
+
+    # X, then output and n_jobs by position or by keyword (a parameter given both ways is
+    # the Python method's TypeError), at most 3 in all.
+    check(builder.icmp_unsigned("<", builder.sub(nargs, _I64(1)), _I64(3)))
+    check(builder.icmp_unsigned("<=", total, _I64(3)))
+    when(builder.icmp_signed(">=", nargs, _I64(2)),
+         lambda: output_ok(builder.load(builder.gep(args, [_I64(1)]))))
+    when(builder.icmp_signed(">=", nargs, _I64(3)),
+         lambda: jobs_ok(builder.load(builder.gep(args, [_I64(2)]))))
+    for k in range(2):
+        def keyword(k: int = k) -> None:
+            name = _call(builder, _function("PyTuple_GetItem"), _PTR, [kwnames, _I64(k)])
+            value = builder.load(builder.gep(args, [builder.add(nargs, _I64(k))]))
+            is_output = builder.icmp_unsigned("==", name, out.obj(names["output"]))
+            as_output, other = fn.append_basic_block("output"), fn.append_basic_block("other")
+            after = fn.append_basic_block("keyword_done")
+            builder.cbranch(is_output, as_output, other)
+            builder.position_at_end(as_output)
+            check(builder.icmp_signed("<", nargs, _I64(2)))
+            output_ok(value)
+            builder.branch(after)
+            builder.position_at_end(other)
+            check(builder.icmp_unsigned("==", name, out.obj(names["n_jobs"])))
+            check(builder.icmp_signed("<", nargs, _I64(3)))
+            jobs_ok(value)
+            builder.branch(after)
+            builder.position_at_end(after)
+        when(builder.icmp_signed(">", keywords, _I64(k)), keyword)
+    quick = _call(builder, _function("PyObject_GetAttr"), _PTR,
+                  [this, out.obj(names["_quick"])])
     found, missing = fn.append_basic_block("found"), fn.append_basic_block("missing")
     builder.cbranch(builder.icmp_unsigned("==", quick, out.null), missing, found)
     builder.position_at_end(missing)
@@ -468,18 +533,8 @@ def dispatching_method(owner: type, attribute: str, general: str, doc: str) -> A
     out.release(result)
     builder.branch(slow)
 
-    # obj.<general>(*args, **kwargs): the arguments after the instance, on the stack.
+    # obj._predict(*args, **kwargs): the arguments after the instance, on the stack.
     builder.position_at_end(slow)
-    named, counted = fn.append_basic_block("named"), fn.append_basic_block("counted")
-    builder.cbranch(builder.icmp_unsigned("==", kwnames, out.null), counted, named)
-    builder.position_at_end(named)
-    size = _call(builder, _function("PyTuple_Size"), _I64, [kwnames])
-    builder.branch(counted)
-    builder.position_at_end(counted)
-    keywords = builder.phi(_I64)
-    keywords.add_incoming(_I64(0), slow)
-    keywords.add_incoming(size, named)
-    total = builder.add(nargs, keywords)
     stack = builder.alloca(_PTR, builder.add(total, _I64(1)), name="stack")
     builder.store(this, stack)
     loop, body, call = (fn.append_basic_block(n) for n in ("copy", "copy_one", "call"))
@@ -496,7 +551,8 @@ def dispatching_method(owner: type, attribute: str, general: str, doc: str) -> A
     builder.branch(loop)
     builder.position_at_end(call)
     builder.ret(_call(builder, _function("PyObject_VectorcallMethod"), _PTR,
-                      [out.obj(names[1]), stack, builder.add(nargs, _I64(1)), kwnames]))
+                      [out.obj(names["_predict"]), stack, builder.add(nargs, _I64(1)),
+                       kwnames]))
 
     engine, address = _machine_code(module)
     method = _MethodDef(b"predict", address, _METH_FASTCALL | _METH_KEYWORDS, doc.encode())
