@@ -298,8 +298,7 @@ def small():
     (np.zeros(2), "reshape"),
     (np.array([["a", "b"]]), "dtype"),
     (np.zeros((1, 2), dtype=complex), "dtype"),
-    # (numpy before 1.24 makes ragged rows an object array, with a warning)
-    ([[1.0, 2.0], [3.0]], "array|dtype object"),
+    ([[1.0, 2.0], [3.0]], "cannot read the input as an array"),
 ])
 def test_bad_inputs(small, X, message):
     with pytest.raises(InputError, match=message):

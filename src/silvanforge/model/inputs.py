@@ -14,6 +14,7 @@ sparse matrix or a float64 value means for a given model:
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
@@ -21,6 +22,8 @@ import numpy as np
 from ..errors import InputError
 from .sparse import is_sparse, sparse_rows
 from .tables import table_rows
+
+_RAGGED = getattr(np, "exceptions", np).VisibleDeprecationWarning
 
 
 def as_matrix(X: Any, forest: Any) -> np.ndarray:
@@ -46,8 +49,11 @@ def as_rows(X: Any, forest: Any) -> np.ndarray:
         arr = table_rows(X, forest)
         if arr is None:
             try:
-                arr = np.asarray(X)
-            except (TypeError, ValueError) as exc:
+                with warnings.catch_warnings():
+                    # numpy before 1.24 makes ragged rows an object array, warning so.
+                    warnings.simplefilter("error", _RAGGED)
+                    arr = np.asarray(X)
+            except (TypeError, ValueError, _RAGGED) as exc:
                 raise InputError(f"cannot read the input as an array: {exc}") from None
     if arr.dtype.kind not in "fiub":
         raise InputError(f"input has dtype {arr.dtype}; expected numbers "
