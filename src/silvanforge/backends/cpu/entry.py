@@ -254,19 +254,9 @@ def _narrowed(builder: lir.IRBuilder, fn: lir.Function, check: Callable, kind: A
     check(builder.icmp_signed("==", kind, i32(np.dtype(np.float64).num)), unfit)
     count = builder.mul(n_rows, _I64(rows.n_features))
     check(builder.icmp_unsigned("<=", count, _I64(NARROW_VALUES)), unfit)
-    loop, body = fn.append_basic_block("narrow"), fn.append_basic_block("narrow_one")
-    start = builder.block
-    builder.branch(loop)
-    builder.position_at_end(loop)
-    i = builder.phi(_I64)
-    i.add_incoming(_I64(0), start)
-    builder.cbranch(builder.icmp_unsigned("<", i, count), body, done)
-    builder.position_at_end(body)
     source = builder.bitcast(data, f64.as_pointer())
-    value = builder.load(builder.gep(source, [i]))
-    builder.store(builder.fptrunc(value, f32), builder.gep(buffer, [i]))
-    i.add_incoming(builder.add(i, _I64(1)), body)
-    builder.branch(loop)
+    loop = _Out(builder, fn).each(count, lambda i: builder.store(builder.fptrunc(
+        builder.load(builder.gep(source, [i])), f32), builder.gep(buffer, [i])), done)
     builder.position_at_end(done)
     narrowed = builder.phi(_PTR)
     narrowed.add_incoming(data, same)
@@ -398,13 +388,8 @@ def quick_predict(entry: Callable, zeros: Callable, max_rows: int, finish: int,
     out.release(count)
     out.fail_if_null(ran, result)
     out.release(ran)
-    went, refused = fn.append_basic_block("ran"), fn.append_basic_block("refused")
-    builder.cbranch(builder.icmp_unsigned("==", ran, out.obj(True)), went, refused)
-    builder.position_at_end(went)
+    out.leave_if(builder.icmp_unsigned("!=", ran, out.obj(True)), other, result)
     builder.ret(result)
-    builder.position_at_end(refused)
-    out.release(result)
-    builder.branch(other)
     builder.position_at_end(other)
     out.give(NotImplemented)
     return _builtin(module, (entry, zeros, finish, keep), b"quick")
@@ -515,40 +500,21 @@ def predict_method(owner: type, max_jobs: int, doc: str) -> Any | None:
     _call(builder, _function("PyErr_Clear"), lir.VoidType(), [])
     builder.branch(slow)
     builder.position_at_end(found)
-    none, call_quick = fn.append_basic_block("none"), fn.append_basic_block("call_quick")
-    builder.cbranch(builder.icmp_unsigned("==", quick, out.obj(None)), none, call_quick)
-    builder.position_at_end(none)
-    out.release(quick)
-    builder.branch(slow)
-    builder.position_at_end(call_quick)
+    out.leave_if(builder.icmp_unsigned("==", quick, out.obj(None)), slow, quick)
     result = _call(builder, _function("PyObject_Vectorcall"), _PTR,
                    [quick, args, _I64(1), out.null])
     out.release(quick)
-    done, declined = fn.append_basic_block("done"), fn.append_basic_block("declined")
-    builder.cbranch(builder.icmp_unsigned("==", result, out.obj(NotImplemented)),
-                    declined, done)
-    builder.position_at_end(done)
-    builder.ret(result)
-    builder.position_at_end(declined)
-    out.release(result)
-    builder.branch(slow)
+    out.leave_if(builder.icmp_unsigned("==", result, out.obj(NotImplemented)), slow, result)
+    builder.ret(result)  # a prediction, or NULL: its error raised
 
     # obj._predict(*args, **kwargs): the arguments after the instance, on the stack.
     builder.position_at_end(slow)
     stack = builder.alloca(_PTR, builder.add(total, _I64(1)), name="stack")
     builder.store(this, stack)
-    loop, body, call = (fn.append_basic_block(n) for n in ("copy", "copy_one", "call"))
-    start = builder.block
-    builder.branch(loop)
-    builder.position_at_end(loop)
-    i = builder.phi(_I64)
-    i.add_incoming(_I64(0), start)
-    builder.cbranch(builder.icmp_unsigned("<", i, total), body, call)
-    builder.position_at_end(body)
-    builder.store(builder.load(builder.gep(args, [i])),
-                  builder.gep(stack, [builder.add(i, _I64(1))]))
-    i.add_incoming(builder.add(i, _I64(1)), body)
-    builder.branch(loop)
+    call = fn.append_basic_block("call")
+    out.each(total, lambda i: builder.store(builder.load(builder.gep(args, [i])),
+                                            builder.gep(stack, [builder.add(i, _I64(1))])),
+             call)
     builder.position_at_end(call)
     builder.ret(_call(builder, _function("PyObject_VectorcallMethod"), _PTR,
                       [out.obj(names["_predict"]), stack, builder.add(nargs, _I64(1)),
@@ -590,6 +556,35 @@ class _Out:
         """Return a new reference to ``value``."""
         _call(self.builder, _function("Py_IncRef"), lir.VoidType(), [self.obj(value)])
         self.builder.ret(self.obj(value))
+
+    def each(self, count: Any, body: Callable[[Any], None], after: Any) -> Any:
+        """A loop running ``body(i)`` for ``i`` from 0 to ``count - 1`` (i64), then going
+        to block ``after``; returns its head, the block ``after`` is entered from."""
+        builder = self.builder
+        head, step = self.fn.append_basic_block("loop"), self.fn.append_basic_block("step")
+        start = builder.block
+        builder.branch(head)
+        builder.position_at_end(head)
+        i = builder.phi(_I64)
+        i.add_incoming(_I64(0), start)
+        builder.cbranch(builder.icmp_unsigned("<", i, count), step, after)
+        builder.position_at_end(step)
+        body(i)
+        i.add_incoming(builder.add(i, _I64(1)), builder.block)
+        builder.branch(head)
+        return head
+
+    def leave_if(self, condition: Any, target: Any, *held: Any) -> None:
+        """Where ``condition`` holds, release ``held`` and go to block ``target``; go on
+        where it does not."""
+        leave = self.fn.append_basic_block("leave")
+        go = self.fn.append_basic_block("go")
+        self.builder.cbranch(condition, leave, go)
+        self.builder.position_at_end(leave)
+        for h in held:
+            self.release(h)
+        self.builder.branch(target)
+        self.builder.position_at_end(go)
 
     def fail_if_null(self, value: Any, *held: Any) -> None:
         """Return NULL (the error raised) when ``value`` is NULL, releasing ``held``."""
