@@ -9,8 +9,10 @@ to float64 summation order.
 from __future__ import annotations
 
 import inspect
+import os
 import pickle
 import re
+import subprocess
 import sys
 import threading
 import tracemalloc
@@ -488,6 +490,33 @@ def test_quick_predict(forest):
     assert several._quick is None
     np.testing.assert_allclose(several.predict(X), reference.predict(several.forest, X),
                                rtol=1e-6)
+
+
+LATE_CALL = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import numpy as np, silvanforge
+from test_forest import forest_of, stump
+
+class Late:
+    def __del__(self):  # at exit, while modules are cleared
+        print("late", float(self.f(np.zeros((1, 3), np.float32))[0]))
+
+late = Late()
+late.f = silvanforge.compile(forest_of(stump(), n_features=3)).predict
+print("now", float(late.f(np.zeros((1, 3), np.float32))[0]))
+"""
+
+
+def test_a_bound_predict_works_while_the_interpreter_exits():
+    """A bound predict points at the machine-code method's table, which lives as long
+    as the process (not as long as the module that made it)."""
+    tests = os.path.dirname(os.path.abspath(__file__))
+    done = subprocess.run([sys.executable, "-c", LATE_CALL, tests], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    now, late = done.stdout.split()[1::2]
+    assert now == late
 
 
 def test_quick_predict_without_the_builtin_entry(forest, monkeypatch):

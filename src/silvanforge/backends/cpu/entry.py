@@ -526,12 +526,13 @@ def predict_method(owner: type, max_jobs: int, doc: str) -> Any | None:
     new.restype = ctypes.py_object
     new.argtypes = [ctypes.py_object, ctypes.c_void_p]
     descriptor = new(owner, ctypes.addressof(method))
-    _KEPT.append((method, engine, names))  # as long as the class: the process
+    # The method table and its code live as long as the process, as a C extension's
+    # static table does: a bound `predictor.predict` points at the table, not at the
+    # class, and may outlive the clearing of modules at exit. One reference is never
+    # given back.
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object((method, engine, names)))
     return descriptor
 
-
-# What the dispatching methods read while their classes live.
-_KEPT: list[Any] = []
 
 
 class _Out:
