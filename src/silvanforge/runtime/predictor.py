@@ -44,8 +44,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..backends.cpu import (CompiledKernel, RowsLayout, Target, compile_kernels,
-                            start_workers)
-from ..backends.cpu.entry import predict_method, quick_predict
+                            predict_method, quick_predict, start_workers)
 from ..errors import BackendError, InputError, ModelFormatError, SilvanForgeError
 from ..export import Exported, Kernels, write_library
 from ..hir import print_plan

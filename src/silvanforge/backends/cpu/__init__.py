@@ -7,9 +7,9 @@ on OpenMP.
 """
 
 from .build import start_workers
-from .entry import RowsLayout, quick_predict
+from .entry import RowsLayout, predict_method, quick_predict
 from .jit import CompiledKernel, Target, compile_kernel, compile_kernels, render_kernel
 from .llvm import render_module
 
 __all__ = ["compile_kernel", "compile_kernels", "CompiledKernel", "RowsLayout", "Target",
-           "quick_predict", "render_kernel", "render_module", "start_workers"]
+           "predict_method", "quick_predict", "render_kernel", "render_module", "start_workers"]
