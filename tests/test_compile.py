@@ -462,13 +462,32 @@ def test_quick_predict(forest):
     with pytest.raises(TypeError, match="Predictor"):
         Predictor.predict(3, X)
     X = rng.normal(size=(5, 3)).astype(np.float32)
-    # No reference leaks: the rows, the row count, the quick builtin, the result.
-    before = sys.getrefcount(X), sys.getrefcount(5), sys.getrefcount(predictor._quick)
+    assert_no_leaks(predictor, X)
+    # The builtin holds no predictor: one is freed when its last reference goes.
+    kept = weakref.ref(predictor)
+    del predictor, method, quick
+    assert kept() is None
+    # Forests of several outputs: results of (rows, outputs).
+    several = silvanforge.compile(forest.replace(
+        n_outputs=2, tree_output=forest.tree_output % 2, base_score=np.zeros(2),
+        flat_output=False))
+    assert several._quick is not None
+    for rows in (X[:1], X, X.astype(np.float64)):
+        got = several.predict(rows)
+        assert got.shape == (len(rows), 2)
+        np.testing.assert_array_equal(got, Predictor._predict(several, rows))
+    assert_no_leaks(several, X)
+
+
+def assert_no_leaks(predictor, X):
+    """No reference leaks in predict(X) (the rows, the row count, the quick builtin, the
+    result), and no memory kept by calls whose rows the entry refuses (~150 bytes a
+    call: the result allocated for them)."""
+    before = sys.getrefcount(X), sys.getrefcount(len(X)), sys.getrefcount(predictor._quick)
     results = [predictor.predict(X) for _ in range(500)]
-    after = (sys.getrefcount(X), sys.getrefcount(5), sys.getrefcount(predictor._quick),
+    after = (sys.getrefcount(X), sys.getrefcount(len(X)), sys.getrefcount(predictor._quick),
              sys.getrefcount(results[0]))
     assert after == (*before, 2)  # counted outside the assert, which holds its operands
-    # Rows the entry refuses: the result allocated for them is freed (~150 bytes a call).
     odd = X.astype(">f4")
     predictor.predict(odd)
     tracemalloc.start()
@@ -479,17 +498,6 @@ def test_quick_predict(forest):
     finally:
         tracemalloc.stop()
     assert grown < 100_000
-    # The builtin holds no predictor: one is freed when its last reference goes.
-    kept = weakref.ref(predictor)
-    del predictor, method, quick
-    assert kept() is None
-    # Forests of several outputs have no quick builtin.
-    several = silvanforge.compile(forest.replace(
-        n_outputs=2, tree_output=forest.tree_output % 2, base_score=np.zeros(2),
-        flat_output=False))
-    assert several._quick is None
-    np.testing.assert_allclose(several.predict(X), reference.predict(several.forest, X),
-                               rtol=1e-6)
 
 
 LATE_CALL = """

@@ -205,7 +205,7 @@ class Predictor(ForestShape):
         # Those first lines as machine code, which the class's predict calls first (see
         # the end of this module).
         self._quick = quick_predict(self._small.call, _zeros, self._small_batch, value,
-                                    self._model_arrays) if self._few and self._flat else None
+                                    self._model_arrays, self._few_width) if self._few else None
         self._leaf: Predictor | None = None
         if leaf_code or "leaf" in plan.outputs:
             self._leaf = Predictor(plan.leaf_plan(), leaf_code, built_for)

@@ -339,9 +339,10 @@ def kernel_entry(params: Sequence[ir.Buffer | ir.Var], function: Callable, addre
 
 
 def quick_predict(entry: Callable, zeros: Callable, max_rows: int, finish: int,
-                  keep: Any) -> Callable | None:
+                  keep: Any, width: int | None = None) -> Callable | None:
     """A builtin ``quick(X)`` that runs a predictor's common call itself: for ``X`` an
-    ndarray of 2 dimensions and 1 to ``max_rows`` rows, ``result = zeros(n)``, then
+    ndarray of 2 dimensions and 1 to ``max_rows`` rows, ``result = zeros(n)`` (``zeros((n,
+    width))`` for a ``width``), then
     ``entry(X, n, result, 1, finish)`` (a :func:`kernel_entry` builtin checking the
     rest), and ``result`` when the entry ran; NotImplemented for anything else (the
     caller's general path takes it). None where ``entry`` is not a builtin (the ctypes
@@ -377,9 +378,18 @@ def quick_predict(entry: Callable, zeros: Callable, max_rows: int, finish: int,
     check(builder.icmp_unsigned("<", builder.sub(n, _I64(1)), _I64(max_rows)))
     count = _call(builder, _function("PyLong_FromSsize_t"), _PTR, [n])
     out.fail_if_null(count)
-    builder.store(count, argv)
+    shape = count
+    if width is not None:  # the tuple (n, width); it takes a reference to each
+        shape = _call(builder, _function("PyTuple_New"), _PTR, [_I64(2)])
+        out.fail_if_null(shape, count)
+        for i, item in enumerate((count, out.obj(width))):
+            _call(builder, _function("Py_IncRef"), lir.VoidType(), [item])
+            _call(builder, _function("PyTuple_SetItem"), i32, [shape, _I64(i), item])
+    builder.store(shape, argv)
     result = _call(builder, _function("PyObject_Vectorcall"), _PTR,
                    [out.obj(zeros), argv, _I64(1), out.null])
+    if width is not None:
+        out.release(shape)
     out.fail_if_null(result, count)
     for i, value in enumerate((rows, count, result, out.obj(1), out.obj(finish))):
         builder.store(value, builder.gep(argv, [_I64(i)]))
@@ -392,7 +402,7 @@ def quick_predict(entry: Callable, zeros: Callable, max_rows: int, finish: int,
     builder.ret(result)
     builder.position_at_end(other)
     out.give(NotImplemented)
-    return _builtin(module, (entry, zeros, finish, keep), b"quick")
+    return _builtin(module, (entry, zeros, finish, width, keep), b"quick")
 
 
 def predict_method(owner: type, max_jobs: int, doc: str) -> Any | None:
