@@ -341,13 +341,12 @@ def kernel_entry(params: Sequence[ir.Buffer | ir.Var], function: Callable, addre
 def quick_predict(entry: Callable, zeros: Callable, max_rows: int, finish: int,
                   keep: Any, width: int | None = None) -> Callable | None:
     """A builtin ``quick(X)`` that runs a predictor's common call itself: for ``X`` an
-    ndarray of 2 dimensions and 1 to ``max_rows`` rows, ``result = zeros(n)`` (``zeros((n,
-    width))`` for a ``width``), then
-    ``entry(X, n, result, 1, finish)`` (a :func:`kernel_entry` builtin checking the
-    rest), and ``result`` when the entry ran; NotImplemented for anything else (the
-    caller's general path takes it). None where ``entry`` is not a builtin (the ctypes
-    fallback). ``keep`` lives as long as the builtin; the builtin holds no predictor
-    (:func:`predict_method` finds it on one).
+    ndarray of 2 dimensions and 1 to ``max_rows`` rows, ``result = zeros(n)`` (or
+    ``zeros((n, width))``), then ``entry(X, n, result, 1, finish)`` (a
+    :func:`kernel_entry` builtin checking the rest), and ``result`` when the entry ran;
+    NotImplemented for anything else (the caller's general path takes it). None where
+    ``entry`` is not a builtin (the ctypes fallback). ``keep`` lives as long as the
+    builtin; the builtin holds no predictor (:func:`predict_method` finds it on one).
     """
     offsets = _layout()
     if offsets is None or not isinstance(getattr(entry, "__self__", None), tuple):
