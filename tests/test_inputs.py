@@ -91,6 +91,43 @@ def test_missing_and_unknown_columns_are_named(named, change, message):
                                    names=NAMES[:4] + ["age"]))
 
 
+@pytest.mark.parametrize("dtypes", [
+    ["float32"] * 5, ["float64"] * 5, ["int64"] * 5, ["bool"] * 5,
+    ["float32", "float64", "int32", "uint16", "int8"], ["float32", "bool", "float64", "int8", "int8"],
+    ["float32", "int64", "float64", "float64", "float64"], ["uint64", "int64"] * 2 + ["int64"],
+    ["float64", "float64", "Float64", "float64", "float64"],
+    ["float64", "float64", "category", "float64", "float64"]])
+def test_a_frame_of_numbers_is_read_whole_as_column_by_column(named, dtypes, monkeypatch):
+    """A pandas frame of numpy numbers numpy's common type holds exactly is read as one
+    array (one to_numpy, ~40 µs for a row where column by column took 1.7 ms); the values
+    are those the columns give one by one, big integers included."""
+    from silvanforge.model.tables import table_rows
+
+    model, predictor, test = named
+    rng = np.random.default_rng(len(dtypes[0]))
+    frame = test.copy()
+    for name, dtype in zip(NAMES, dtypes):
+        if dtype == "category":
+            frame[name] = pd.Categorical(rng.integers(0, 3, len(frame)))
+        elif dtype[0] in "iu" or dtype == "bool":
+            # 2**60 + 2**36 + 1 rounds up to float32, but through float64 (to
+            # 2**60 + 2**36, a tie) down: a mix of int64 columns is read by columns.
+            big = 2**60 + 2**36 + 1 if dtype.endswith("64") else 7
+            frame[name] = (rng.integers(0, 5, len(frame)) * big).astype(dtype)
+        else:
+            frame[name] = frame[name].astype(dtype)
+    frame = frame[NAMES[::-1]]  # matched by name, not position
+    whole = columns._Pandas(frame).block()
+    plain = [np.dtype(d) for d in dtypes if d not in ("Float64", "category")]
+    exact = len(plain) == len(dtypes) and (len(set(plain)) == 1 or all(
+        d.kind == "f" or d.kind in "iu" and d.itemsize <= 4 for d in plain))
+    assert (whole is not None) == exact
+    got = table_rows(frame, predictor.forest)
+    monkeypatch.setattr(columns._Pandas, "block", lambda self: None)
+    np.testing.assert_array_equal(got, table_rows(frame, predictor.forest))
+    assert got.flags.c_contiguous and got.dtype == predictor.forest.input_dtype
+
+
 def test_generic_names_and_numpy_are_positional(named):
     model, predictor, test = named
     X = test.to_numpy()

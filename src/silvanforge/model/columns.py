@@ -48,12 +48,28 @@ def _numbers(values: np.ndarray, name: Any) -> np.ndarray:
 
 class _Pandas:
     def __init__(self, X: Any) -> None:
-        self.X, self.names, self.n_rows = X, list(X.columns), len(X)
+        self.X, self.names, self.n_rows = X, X.columns.tolist(), len(X)
+        # Once: a frame's dtypes are a new Series at each ask (~15 µs for 28 columns).
+        self.dtypes = X.dtypes.tolist()
 
     def is_categorical(self, i: int) -> bool:
         import pandas as pd
 
-        return isinstance(self.X.dtypes.iloc[i], pd.CategoricalDtype)
+        return isinstance(self.dtypes[i], pd.CategoricalDtype)
+
+    def block(self) -> np.ndarray | None:
+        """All the columns as one array (``to_numpy``, one call instead of one a column:
+        ~30 µs each) when they are numpy numbers of one dtype, or floats and integers of
+        up to 32 bits, which the common type holds exactly; else None (64-bit integers
+        beside others would be rounded twice, booleans beside numbers become objects)."""
+        kinds = set(self.dtypes)
+        if not all(isinstance(d, np.dtype) and d.kind in "fiub" for d in kinds):
+            return None
+        if len(kinds) > 1 and not all(
+                d.kind == "f" or d.kind in "iu" and d.itemsize <= 4 for d in kinds):
+            return None
+        whole = self.X.to_numpy()
+        return whole if whole.dtype.kind in "fiub" else None  # pandas' own common type
 
     def segments(self, i: int) -> Iterator[Segment]:
         col = self.X.iloc[:, i]
@@ -81,6 +97,9 @@ class _Arrow:
         import pyarrow as pa
 
         return pa.types.is_dictionary(self.X.schema.field(i).type)
+
+    def block(self) -> None:
+        return None  # column by column: Arrow keeps each column's buffers apart
 
     def segments(self, i: int) -> Iterator[Segment]:
         col = self.X.column(i)
@@ -120,6 +139,9 @@ class _Dict:
 
     def is_categorical(self, i: int) -> bool:
         return False
+
+    def block(self) -> None:
+        return None
 
     def segments(self, i: int) -> Iterator[Segment]:
         yield self.columns[i]

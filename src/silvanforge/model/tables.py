@@ -16,6 +16,7 @@ array([[3., 1.],
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any, Mapping, Sequence
 
@@ -37,7 +38,13 @@ def generic(names: Sequence[Any] | None) -> bool:
     >>> generic(("f0", "f1")), generic(("Column_0",)), generic(("0", "1")), generic(("f1",))
     (True, True, True, False)
     """
-    matches = [_GENERIC.fullmatch(str(n)) for n in names or ()]
+    return _generic(tuple(names or ()))
+
+
+@functools.lru_cache(maxsize=64)
+def _generic(names: tuple) -> bool:
+    # Cached: a model's names are asked about at every call with a frame (~10 µs for 28).
+    matches = [_GENERIC.fullmatch(str(n)) for n in names]
     return all(m is not None and int(m.group(1)) == i for i, m in enumerate(matches))
 
 
@@ -101,6 +108,11 @@ def table_rows(X: Any, forest: Any) -> np.ndarray | None:
     if cols is None:
         return None
     order = column_order(cols.names, forest)
+    whole = cols.block()
+    if whole is not None and whole.ndim == 2:
+        # Values beyond float32's range become infinities, as below.
+        with np.errstate(over="ignore"):
+            return np.array(whole[:, order], dtype=forest.input_dtype, order="C")
     known = _known_categories(cols, order, forest)
     own_codes = forest.pandas_categories is None
     out = np.empty((cols.n_rows, len(order)), dtype=forest.input_dtype)
