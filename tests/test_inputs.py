@@ -93,7 +93,8 @@ def test_missing_and_unknown_columns_are_named(named, change, message):
 
 @pytest.mark.parametrize("dtypes", [
     ["float32"] * 5, ["float64"] * 5, ["int64"] * 5, ["bool"] * 5,
-    ["float32", "float64", "int32", "uint16", "int8"], ["float32", "bool", "float64", "int8", "int8"],
+    ["float32", "float64", "int32", "uint16", "int8"],
+    ["float32", "bool", "float64", "int8", "int8"],
     ["float32", "int64", "float64", "float64", "float64"], ["uint64", "int64"] * 2 + ["int64"],
     ["float64", "float64", "Float64", "float64", "float64"],
     ["float64", "float64", "category", "float64", "float64"]])

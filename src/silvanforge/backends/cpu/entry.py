@@ -157,13 +157,8 @@ def _module(free: Sequence[ir.Buffer | ir.Var], bound: Sequence[int], kernel: in
     message.initializer = lir.Constant(message.value_type, bytearray(text))
     message.global_constant = True
 
-    out = _Out(builder, fn)
-    field, give = out.field, out.give
-
-    def check(ok: Any, otherwise: Any = fail) -> None:
-        go = fn.append_basic_block("go")
-        builder.cbranch(ok, go, otherwise)
-        builder.position_at_end(go)
+    out = _Out(builder, fn, fail)
+    field, give, check = out.field, out.give, out.check
 
     check(builder.icmp_signed("==", nargs, _I64(len(free))))
     values, objects = [], []
@@ -197,7 +192,7 @@ def _module(free: Sequence[ir.Buffer | ir.Var], bound: Sequence[int], kernel: in
         check(builder.icmp_signed("==", order, lir.IntType(8)(ord("="))), unfit)
         kind = field(descr, offsets.type_num, i32)
         if rows.dtype == np.float32:
-            values[0] = _narrowed(builder, fn, check, kind, values[0], n_rows, rows, unfit)
+            values[0] = _narrowed(out, kind, values[0], n_rows, rows, unfit)
         else:
             check(builder.icmp_signed("==", kind, i32(rows.dtype.num)), unfit)
     values += [builder.inttoptr(_I64(address), _PTR) for address in bound]
@@ -233,13 +228,14 @@ def _module(free: Sequence[ir.Buffer | ir.Var], bound: Sequence[int], kernel: in
     return module
 
 
-def _narrowed(builder: lir.IRBuilder, fn: lir.Function, check: Callable, kind: Any,
-              data: Any, n_rows: Any, rows: RowsLayout, unfit: Any) -> Any:
+def _narrowed(out: "_Out", kind: Any, data: Any, n_rows: Any, rows: RowsLayout,
+              unfit: Any) -> Any:
     """The float32 rows the kernel reads: ``data`` itself when the array is float32;
     float64 rows of at most ``NARROW_VALUES`` values rounded into a buffer on the stack
     (``fptrunc``: round to nearest, infinities beyond float32's range, as numpy's
     ``astype`` that :func:`~silvanforge.model.inputs.as_rows` runs for the others);
     anything else is ``unfit``."""
+    builder, fn = out.builder, out.fn
     i32 = lir.IntType(32)
     f32, f64 = lir.FloatType(), lir.DoubleType()
     # At the function's start, so that the buffer is one fixed frame, not a growing stack.
@@ -251,11 +247,11 @@ def _narrowed(builder: lir.IRBuilder, fn: lir.Function, check: Callable, kind: A
     done = fn.append_basic_block("rows")
     builder.cbranch(builder.icmp_signed("==", kind, i32(rows.dtype.num)), done, wide)
     builder.position_at_end(wide)
-    check(builder.icmp_signed("==", kind, i32(np.dtype(np.float64).num)), unfit)
+    out.check(builder.icmp_signed("==", kind, i32(np.dtype(np.float64).num)), unfit)
     count = builder.mul(n_rows, _I64(rows.n_features))
-    check(builder.icmp_unsigned("<=", count, _I64(NARROW_VALUES)), unfit)
+    out.check(builder.icmp_unsigned("<=", count, _I64(NARROW_VALUES)), unfit)
     source = builder.bitcast(data, f64.as_pointer())
-    loop = _Out(builder, fn).each(count, lambda i: builder.store(builder.fptrunc(
+    loop = out.each(count, lambda i: builder.store(builder.fptrunc(
         builder.load(builder.gep(source, [i])), f32), builder.gep(buffer, [i])), done)
     builder.position_at_end(done)
     narrowed = builder.phi(_PTR)
@@ -360,12 +356,8 @@ def quick_predict(entry: Callable, zeros: Callable, max_rows: int, finish: int,
         argv = builder.alloca(_PTR, 5, name="argv")
     other = fn.append_basic_block("other")
     i32 = lir.IntType(32)
-    out = _Out(builder, fn)
-
-    def check(ok: Any) -> None:
-        go = fn.append_basic_block("go")
-        builder.cbranch(ok, go, other)
-        builder.position_at_end(go)
+    out = _Out(builder, fn, other)
+    check = out.check
 
     check(builder.icmp_signed("==", nargs, _I64(1)))
     rows = builder.load(args)
@@ -420,9 +412,9 @@ def predict_method(owner: type, max_jobs: int, doc: str) -> Any | None:
     holding a builtin that holds its instance would be a reference cycle, freed only
     by the garbage collector.
     """
-    if _layout() is None:
-        return None
     offsets = _layout()
+    if offsets is None:
+        return None
     module = lir.Module("dispatch")
     fn = lir.Function(module, lir.FunctionType(
         _PTR, [_PTR, _PTR.as_pointer(), _I64, _PTR]), "entry")
@@ -431,14 +423,10 @@ def predict_method(owner: type, max_jobs: int, doc: str) -> Any | None:
     with builder.goto_entry_block():
         overflow = builder.alloca(lir.IntType(32), name="overflow")
     slow = fn.append_basic_block("general")
-    out = _Out(builder, fn)
+    out = _Out(builder, fn, slow)
+    check = out.check
     names = {n: sys.intern(n) for n in ("_quick", "_predict", "output", "n_jobs", "value")}
     nargs = builder.and_(nargsf, _I64(_COUNT_BITS))
-
-    def check(ok: Any) -> None:
-        go = fn.append_basic_block("go")
-        builder.cbranch(ok, go, slow)
-        builder.position_at_end(go)
 
     def when(condition: Any, then: Callable[[], None]) -> None:
         """``then()``'s code (checks) where ``condition`` holds."""
@@ -543,13 +531,20 @@ def predict_method(owner: type, max_jobs: int, doc: str) -> Any | None:
     return descriptor
 
 
-
 class _Out:
-    """Helpers of the builtins' code: objects as constants, fields, references."""
+    """Helpers of the builtins' code: objects as constants, fields, references, and
+    checks that leave for block ``otherwise`` (the entry's refusal)."""
 
-    def __init__(self, builder: lir.IRBuilder, fn: lir.Function) -> None:
-        self.builder, self.fn = builder, fn
+    def __init__(self, builder: lir.IRBuilder, fn: lir.Function, otherwise: Any) -> None:
+        self.builder, self.fn, self.otherwise = builder, fn, otherwise
         self.null = lir.Constant(_PTR, None)
+
+    def check(self, ok: Any, otherwise: Any = None) -> None:
+        """Go on where ``ok`` holds, else to block ``otherwise`` (default: the one
+        given at construction)."""
+        go = self.fn.append_basic_block("go")
+        self.builder.cbranch(ok, go, self.otherwise if otherwise is None else otherwise)
+        self.builder.position_at_end(go)
 
     def obj(self, value: object) -> Any:
         """``value`` (which outlives the code) as a constant pointer."""
