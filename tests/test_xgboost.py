@@ -16,13 +16,14 @@ from hypothesis import strategies as st
 
 import silvanforge
 from silvanforge import reference
-from silvanforge.errors import ModelFormatError, SilvanForgeError, UnsupportedModelError
+from silvanforge.errors import (ModelFormatError, SilvanForgeError, UnsupportedModelError,
+                               version_of)
 from silvanforge.frontends import xgboost as fx
-from util import assert_parity, to_ubjson, version, with_nans
+from util import assert_parity, to_ubjson, with_nans
 
 xgb = pytest.importorskip("xgboost")
 warnings.filterwarnings("ignore", category=UserWarning, module="xgboost")
-XGB = version(xgb)
+XGB = version_of(xgb)
 # What older XGBoost releases lack, for the tests that need it.
 needs_2_0 = pytest.mark.skipif(XGB < (2, 0), reason=f"needs XGBoost 2.0 (multi_strategy, "
                                f"reg:quantileerror); {xgb.__version__} is installed")

@@ -9,13 +9,6 @@ import numpy as np
 RTOL = 1e-5
 
 
-def version(module) -> tuple[int, int]:
-    """A module's (major, minor) version, for tests of what a library's older releases
-    write or lack (a part that is not a number reads as 0)."""
-    return tuple(int(p) if p.isdigit() else 0  # type: ignore[return-value]
-                 for p in module.__version__.split(".")[:2])
-
-
 def assert_parity(actual, expected, what: str = "") -> None:
     """``actual`` equals the library's ``expected`` within 1e-5 relative.
 

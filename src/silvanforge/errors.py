@@ -6,6 +6,8 @@ already catch ``ValueError`` around model loading or prediction keep working.
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class SilvanForgeError(ValueError):
     """Base class of every error SilvanForge raises on bad models or bad inputs."""
@@ -59,6 +61,17 @@ class CompileForbiddenError(SilvanForgeError):
 
 class MissingDependencyError(SilvanForgeError, ImportError):
     """An optional library needed for this source (e.g. ``onnx``) is not installed."""
+
+
+def version_of(module: Any) -> tuple[int, int]:
+    """An imported library's (major, minor) version; a part that is not a number reads
+    as 0.
+
+    >>> import numpy; version_of(numpy) >= (1, 23)
+    True
+    """
+    return tuple(int(p) if p.isdigit() else 0  # type: ignore[return-value]
+                 for p in module.__version__.split(".")[:2])
 
 
 def require(module: str, extra: str):

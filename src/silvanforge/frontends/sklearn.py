@@ -36,7 +36,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ..errors import MissingDependencyError, ModelFormatError, UnsupportedModelError
+from ..errors import (MissingDependencyError, ModelFormatError, UnsupportedModelError,
+                      version_of)
 from ..model.builder import Tree, build_forest, int_array
 from ..model.forest import MAX_CATEGORY, MISSING_NAN, OP_LE, Forest
 
@@ -92,16 +93,14 @@ OLDEST = (1, 4)
 
 
 def installed_version() -> tuple[int, int]:
-    """The installed scikit-learn's (major, minor) version (a part that is not a
-    number reads as 0).
+    """The installed scikit-learn's (major, minor) version.
 
     >>> installed_version() >= OLDEST                          # doctest: +SKIP
     True
     """
     import sklearn
 
-    return tuple(int(p) if p.isdigit() else 0  # type: ignore[return-value]
-                 for p in sklearn.__version__.split(".")[:2])
+    return version_of(sklearn)
 
 
 def _loader_for(obj: Any) -> Callable[[Any], Forest]:

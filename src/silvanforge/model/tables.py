@@ -109,7 +109,7 @@ def table_rows(X: Any, forest: Any) -> np.ndarray | None:
         return None
     order = column_order(cols.names, forest)
     whole = cols.block()
-    if whole is not None and whole.ndim == 2:
+    if whole is not None:
         # Values beyond float32's range become infinities, as below.
         with np.errstate(over="ignore"):
             return np.array(whole[:, order], dtype=forest.input_dtype, order="C")
