@@ -89,6 +89,79 @@ def test_the_fast_instruction_selector_is_chosen_per_build(two_cores):
     assert [obj for obj, _ in job.finish(_BRANCHES)] == [full, full]
 
 
+_STRAIGHT = """
+define double @pick(double* noalias %x, double %t) {
+entry:
+  %slot = alloca double
+  %v = load double, double* %x
+  %c = fcmp ogt double %v, %t
+  br i1 %c, label %a, label %b
+a:
+  store double 3.0, double* %slot
+  br label %end
+b:
+  store double 1.0, double* %slot
+  br label %end
+end:
+  %r = load double, double* %slot
+  ret double %r
+}
+"""
+
+
+def test_straight_passes_are_chosen_per_module(two_cores):
+    # A module of functions without loops may get STRAIGHT_PASSES (its variables in
+    # registers), in a worker as here; the others keep the level's pipeline.
+    assert build._pass_manager(("no_such",)) is None
+    fallback = build.build_object(_STRAIGHT, *ARGS, passes=("no_such",))
+    assert fallback == build.build_object(_STRAIGHT, *ARGS)
+    if build._pass_manager(build.STRAIGHT_PASSES) is None:
+        pytest.skip("this llvmlite's new pass manager lacks SROA (0.44): the level's "
+                    "pipeline runs")
+    obj, text = build.build_object(_STRAIGHT, *ARGS, passes=build.STRAIGHT_PASSES)
+    assert "alloca" not in text and "select" in text
+    job = build.ParallelBuild(*ARGS)
+    job.submit(_STRAIGHT, build.STRAIGHT_PASSES)
+    job.submit(_STRAIGHT)
+    built = job.finish(_BRANCHES)
+    assert built[1] == (obj, text)
+    assert built[2] == build.build_object(_STRAIGHT, *ARGS)
+
+
+def test_pieces_without_loops_get_the_straight_passes(two_cores, monkeypatch):
+    submitted = []
+    original = build.ParallelBuild.submit
+
+    def spy(self, text, passes=None):
+        submitted.append(passes)
+        original(self, text, passes)
+
+    monkeypatch.setattr(build.ParallelBuild, "submit", spy)
+    monkeypatch.setattr(jit, "MIN_PARALLEL_INSTRUCTIONS", 1)
+    monkeypatch.setattr(jit, "FIRST_MODULE_FRACTION", 1)
+    pieces = jit._Pieces(TARGET, 2, False)
+    module = ll.Module("m")
+    for name, loops in (("plain", False), ("looping", True)):
+        fn = ll.Function(module, ll.FunctionType(ll.VoidType(), []), name)
+        ll.IRBuilder(fn.append_basic_block("entry")).ret_void()
+        fn.loops = loops
+        pieces(module, fn)
+    pieces.build.finish("define void @main() { ret void }")
+    assert submitted == [build.STRAIGHT_PASSES, None]
+
+
+def test_the_renderer_marks_functions_with_loops():
+    from silvanforge.lir import ir
+
+    x, i = ir.Buffer("x", ir.F64), ir.Var("i", ir.I64)
+    store = ir.Store(x, ir.i64(0), ir.BinOp("add", ir.Load(x, ir.i64(0)), ir.const(1.0, ir.F64)))
+    loop = ir.For(i, ir.i64(0), ir.i64(4), ir.i64(1), [store])
+    spin = ir.While(ir.Cmp("gt", ir.Load(x, ir.i64(0)), ir.const(9.0, ir.F64)), [store])
+    for body, loops in (([store], False), ([loop], True), ([spin], True)):
+        module = jit.render_kernel(ir.Kernel("k", [x], body), TARGET)
+        assert module.get_global("k").loops is loops
+
+
 def test_work_meanwhile_runs_while_the_main_module_builds(two_cores):
     # The caller's work runs in this thread while the home worker builds: the same
     # objects come back; its failure, or the build's, is raised once both are over.

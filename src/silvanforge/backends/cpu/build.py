@@ -30,7 +30,7 @@ import struct
 import subprocess
 import sys
 import threading
-from typing import Callable
+from typing import Callable, Sequence
 
 import llvmlite.binding as llvm
 
@@ -47,10 +47,21 @@ BUILDS_PER_WORKER = 100
 #: build asks for the fast one, so a process that never does keeps LLVM's default.
 _ISEL_LOCK = threading.Lock()
 _FAST_ISEL = [False]  # what the option was last set to (LLVM's default: off above O0)
+#: The passes a module of functions without loops gets instead of its level's whole
+#: pipeline (:meth:`ParallelBuild.submit`; a big kernel's outlined pieces: trees as
+#: code). The loop, inlining and module-wide passes have nothing to do there; what the
+#: trees need is their variables in registers (SROA), their expressions folded
+#: (InstCombine), a row's sum kept in a register from tree to tree (GVN: without it,
+#: small trees at 16-64 rows ran 1.1-1.25x slower) and their blocks merged
+#: (SimplifyCFG). Half the passes' CPU time, the same code speed (docs/ARCHITECTURE.md,
+#: "Compiling big kernels"). An llvmlite without one of them (0.44 lacks SROA there)
+#: runs the level's pipeline.
+STRAIGHT_PASSES = ("sroa", "instruction_combine", "new_gvn", "simplify_cfg")
 
 
 def build(text: str, triple: str, cpu: str, features: str, opt: int, pic: bool = False,
-          keep_ir: bool = True, fast_isel: bool = False) -> tuple[bytes, str]:
+          keep_ir: bool = True, fast_isel: bool = False,
+          passes: tuple[str, ...] | None = None) -> tuple[bytes, str]:
     """:func:`build_object`'s answer, built by this process's home worker (so that the
     pipeline's leak is not this process's); built here when no worker can be had.
 
@@ -59,7 +70,7 @@ def build(text: str, triple: str, cpu: str, features: str, opt: int, pic: bool =
     >>> "define void @f()" in ir
     True
     """
-    target = (triple, cpu, features, opt, pic, keep_ir, fast_isel)
+    target = (triple, cpu, features, opt, pic, keep_ir, fast_isel, passes)
     with _HOME_LOCK:
         home = _home()
         if home is not None:
@@ -98,15 +109,17 @@ def _home() -> _Worker | None:
 
 
 def build_object(text: str, triple: str, cpu: str, features: str, opt: int,
-                 pic: bool = False, keep_ir: bool = True,
-                 fast_isel: bool = False) -> tuple[bytes, str]:
+                 pic: bool = False, keep_ir: bool = True, fast_isel: bool = False,
+                 passes: Sequence[str] | None = None) -> tuple[bytes, str]:
     """Parse, verify and optimise ``text`` at level ``opt`` (0-3) and emit it for the
     given target: (object code, optimised IR; "" without ``keep_ir``: printing a module
     with megabytes of constants takes seconds). ``pic``: position-independent code for
     a shared library (an exported one, :mod:`silvanforge.export`), else code for the
     JIT. ``fast_isel``: LLVM's fast instruction selector at any level (what level 0
-    uses; see :data:`_ISEL_LOCK`). A triple of another architecture than this machine's
-    is built too.
+    uses; see :data:`_ISEL_LOCK`). ``passes``: the optimisation passes to run (names of
+    llvmlite's ``add_<name>_pass``, e.g. :data:`STRAIGHT_PASSES`) instead of the level's
+    pipeline, where this llvmlite has them all. A triple of another architecture than
+    this machine's is built too.
 
     >>> obj, ir = build_object("define void @f() { ret void }", llvm.get_process_triple(),
     ...                        "", "", 2)
@@ -129,14 +142,28 @@ def build_object(text: str, triple: str, cpu: str, features: str, opt: int,
     except RuntimeError as exc:
         raise BuildError(str(exc)) from None
     options = llvm.create_pipeline_tuning_options(speed_level=opt)
-    passes = llvm.create_pass_builder(machine, options)
-    passes.getModulePassManager().run(module, passes)
+    builder = llvm.create_pass_builder(machine, options)
+    (_pass_manager(passes) or builder.getModulePassManager()).run(module, builder)
     with _ISEL_LOCK:
         if fast_isel != _FAST_ISEL[0]:
             llvm.set_option("", f"-fast-isel={'true' if fast_isel else 'false'}")
             _FAST_ISEL[0] = fast_isel
         obj = machine.emit_object(module)
     return obj, str(module) if keep_ir else ""
+
+
+def _pass_manager(names: Sequence[str] | None):  # type: ignore[no-untyped-def]
+    """A module pass manager running ``names`` in order; None where none are named or
+    this llvmlite lacks one."""
+    if not names:
+        return None
+    manager = llvm.create_new_module_pass_manager()
+    adders = [getattr(manager, f"add_{name}_pass", None) for name in names]
+    if None in adders:
+        return None
+    for add in adders:
+        add()
+    return manager
 
 
 class ParallelBuild:
@@ -151,7 +178,7 @@ class ParallelBuild:
 
     def __init__(self, triple: str, cpu: str, features: str, opt: int,
                  fast_isel: bool = False) -> None:
-        self.target = (triple, cpu, features, opt, False, True, fast_isel)
+        self.target = (triple, cpu, features, opt, False, True, fast_isel, None)
         self.jobs: list[_Job] = []
         self.pending: queue.Queue[_Job | None] = queue.Queue()
         self.workers = [threading.Thread(target=self._serve, args=(w,), daemon=True)
@@ -159,8 +186,10 @@ class ParallelBuild:
         for thread in self.workers:
             thread.start()
 
-    def submit(self, text: str) -> None:
-        job = _Job(text)
+    def submit(self, text: str, passes: tuple[str, ...] | None = None) -> None:
+        """Build ``text`` (with ``passes`` instead of the level's pipeline: see
+        :func:`build_object`)."""
+        job = _Job(text, self.target[:-1] + (passes,))
         self.jobs.append(job)
         self.pending.put(job)
 
@@ -223,11 +252,11 @@ class ParallelBuild:
             if job is None:
                 self.pending.put(None)  # the workers' threads stop on it too
                 break
-            job.build(self.target)
+            job.build()
         for job in self.jobs:
             job.done.wait()
             if job.answer is None:  # its worker died
-                job.build(self.target)
+                job.build()
             if progress is not None:
                 progress()
         for thread in self.workers:  # each has only the end of the queue left to take
@@ -244,7 +273,7 @@ class ParallelBuild:
                 self.pending.put(None)  # leave it for finish
                 return
             try:
-                job.answer = worker.exchange(self.target, job.text)
+                job.answer = worker.exchange(job.target, job.text)
             except (OSError, ValueError, struct.error):
                 worker.close()  # this process will build the job
                 job.done.set()
@@ -261,16 +290,17 @@ def cores() -> int:
 
 
 class _Job:
-    """One module to build: its text, then its answer."""
+    """One module to build: its text and target (:func:`build`'s arguments), then its
+    answer."""
 
-    def __init__(self, text: str) -> None:
-        self.text = text
+    def __init__(self, text: str, target: tuple) -> None:
+        self.text, self.target = text, target
         self.answer: tuple[bytes, str] | BuildError | None = None
         self.done = threading.Event()
 
-    def build(self, target: tuple) -> None:
+    def build(self) -> None:
         try:
-            self.answer = build(self.text, *target)
+            self.answer = build(self.text, *self.target)
         except BuildError as exc:
             self.answer = exc
         self.done.set()

@@ -168,17 +168,20 @@ def compile_kernels(kernels: Sequence[ir.Kernel], *, opt: int = 2,
 class _Pieces:
     """Collects a kernel's outlined functions into modules of at least
     :data:`MIN_PARALLEL_INSTRUCTIONS` (the first, a :data:`FIRST_MODULE_FRACTION` of
-    it), each sent to a parallel build when full."""
+    it), each sent to a parallel build when full (built with
+    :data:`.build.STRAIGHT_PASSES` where none of its functions holds a loop)."""
 
     def __init__(self, target: Target, opt: int, fast_isel: bool) -> None:
         self.target, self.opt, self.fast_isel = target, opt, fast_isel
         self.batch: list[ll.Function] = []
+        self.loops = False  # whether a function of the batch holds a loop
         self.instructions = 0
         self.submitted = 0  # instructions sent to the parallel build
         self.build: build.ParallelBuild | None = None
 
     def __call__(self, module: ll.Module, fn: ll.Function) -> None:
         self.batch.append(fn)
+        self.loops = self.loops or fn.loops
         self.instructions += fn.instructions
         first = FIRST_MODULE_FRACTION if self.build is None else 1
         if self.instructions < MIN_PARALLEL_INSTRUCTIONS // first:
@@ -187,9 +190,10 @@ class _Pieces:
             t = self.target
             self.build = build.ParallelBuild(t.triple, t.cpu, t.features, self.opt,
                                              self.fast_isel)
-        self.build.submit(module.detach(self.batch))
+        self.build.submit(module.detach(self.batch),
+                          None if self.loops else build.STRAIGHT_PASSES)
         self.submitted += self.instructions
-        self.batch, self.instructions = [], 0
+        self.batch, self.instructions, self.loops = [], 0, False
 
 
 class CompiledKernel:

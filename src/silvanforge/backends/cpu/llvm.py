@@ -553,6 +553,7 @@ class _FunctionBuilder:
         self.bind_buffer(s.buffer, self.allocas.gep(array, [zero, zero]))
 
     def _s_While(self, s: ir.While) -> None:
+        self.fn.loops = True
         cond = self.fn.append_basic_block("while.cond")
         body = self.fn.append_basic_block("while.body")
         done = self.fn.append_basic_block("while.end")
@@ -614,6 +615,7 @@ class _FunctionBuilder:
     def loop(self, var: ir.Var, start: ll.Value, stop: ll.Value, step: ll.Value,
              body: Callable[[], None]) -> None:
         """``for (var = start; var < stop; var += step) body()``; bounds evaluated once."""
+        self.fn.loops = True
         self.scopes.push()
         self.declare(var, start, mutable=True)
         slot = self.slot(var.name)

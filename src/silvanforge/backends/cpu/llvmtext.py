@@ -244,7 +244,7 @@ class Function(Value):
     """A function of a module: a declaration until a block is appended."""
 
     __slots__ = ("module", "name", "ftype", "args", "blocks", "linkage", "attributes",
-                 "uses", "_names", "_next")
+                 "uses", "loops", "_names", "_next")
 
     def __init__(self, module: Module, ftype: FunctionType, name: str) -> None:
         super().__init__(ftype.as_pointer(), '@"' + name + '"')
@@ -253,6 +253,7 @@ class Function(Value):
         self.blocks: list[Block] = []
         self.linkage, self.attributes = "", set()
         self.uses: dict[str, Function] = {}  # functions it calls or passes
+        self.loops = False  # whether it holds a loop (the renderer says)
         self._names: dict[str, int] = {}
         self._next = len(self.args) - 1  # temporaries follow the arguments
         module.globals[name] = self
