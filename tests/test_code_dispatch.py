@@ -27,7 +27,6 @@ from silvanforge.representations import REGISTRY
 from silvanforge.schedule.library import GPU_SCHEDULES, LIBRARY, named
 
 from test_code_representation import _big_forest, check
-from test_gpu import nvrtc, opencl  # noqa: F401  (fixtures: OpenCL device / NVRTC, or a skip)
 from test_representations import forests, random_rows
 from util import with_nans
 

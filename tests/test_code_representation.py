@@ -25,7 +25,6 @@ from silvanforge.representations import REGISTRY
 
 from test_compile import schedules
 from test_forest import random_forests
-from test_gpu import nvrtc, opencl  # noqa: F401  (fixtures: OpenCL device / NVRTC, or a skip)
 from test_representations import forests, random_rows
 from util import assert_parity, probe_rows, with_nans
 

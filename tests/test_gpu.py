@@ -36,33 +36,6 @@ from util import assert_parity, probe_rows, with_nans
 REPRESENTATIONS = ["array", "sparse", "reorg"]
 
 
-def _unavailable(reason: str) -> None:
-    if os.environ.get("CI"):
-        pytest.fail(f"{reason} (CI must run the GPU tests)")
-    print(f"\nskipped: {reason}")
-    pytest.skip(reason)
-
-
-@pytest.fixture(scope="session")
-def opencl():
-    try:
-        import pyopencl  # noqa: F401
-        from silvanforge.backends.gpu.runtime import _opencl_context
-        _opencl_context()
-    except Exception as exc:  # noqa: BLE001 - any reason means: no OpenCL here
-        _unavailable(f"no OpenCL device (install pocl-opencl-icd and pyopencl): {exc}")
-
-
-@pytest.fixture(scope="session")
-def nvrtc():
-    try:
-        from silvanforge.backends.gpu.nvrtc import compile_ptx
-        compile_ptx('extern "C" __global__ void probe(double* x) { x[0] = 1.0; }')
-    except Exception as exc:  # noqa: BLE001
-        _unavailable(f"NVRTC is not usable (pip install cuda-python nvidia-cuda-nvrtc): {exc}")
-    return compile_ptx
-
-
 _PREDICTORS: dict = {}
 
 

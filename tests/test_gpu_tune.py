@@ -25,7 +25,6 @@ from silvanforge.tune import gpu as gpu_search
 from silvanforge.tune.gpu import Evaluator
 
 from test_forest import forest_of, stump
-from test_gpu import opencl  # noqa: F401 - the fixture: PoCL or a skip (a failure in CI)
 from util import with_nans
 
 BIG = gpu.DeviceFacts("test device", max_block_threads=1024, shared_bytes=48 * 1024)

@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+import os
 import struct
 
 import numpy as np
+import pytest
 
 RTOL = 1e-5
+
+
+def unavailable(reason: str, what: str) -> None:
+    """A test whose tool (``reason``) is missing: a failure in CI, which must run
+    ``what``; elsewhere a skip with the reason printed."""
+    if os.environ.get("CI"):
+        pytest.fail(f"{reason} (CI must run {what})")
+    print(f"\nskipped: {reason}")
+    pytest.skip(reason)
 
 
 def assert_parity(actual, expected, what: str = "") -> None:
