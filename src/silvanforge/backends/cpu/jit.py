@@ -69,6 +69,10 @@ def compile_kernel(kernel: ir.Kernel, *, opt: int = 2, target: Target | None = N
     pieces = _Pieces(target, opt, fast_isel) if build.cores() > 1 else None
     try:
         module = render_kernel(kernel, target, pieces)
+        if pieces is not None and pieces.build is not None:
+            # The last batch too is a module of its own, rather than left to the main
+            # module's whole pipeline (docs/ARCHITECTURE.md, "Compiling big kernels").
+            pieces.send(module)
     except BaseException:
         if pieces is not None and pieces.build is not None:
             pieces.build.abandon()  # its threads stop; what they built is dropped
@@ -184,7 +188,12 @@ class _Pieces:
         self.loops = self.loops or fn.loops
         self.instructions += fn.instructions
         first = FIRST_MODULE_FRACTION if self.build is None else 1
-        if self.instructions < MIN_PARALLEL_INSTRUCTIONS // first:
+        if self.instructions >= MIN_PARALLEL_INSTRUCTIONS // first:
+            self.send(module)
+
+    def send(self, module: ll.Module) -> None:
+        """Submit the batch as a module of its own (the first starts the build)."""
+        if not self.batch:
             return
         if self.build is None:
             t = self.target
