@@ -152,6 +152,16 @@ def test_a_frame_of_numbers_is_read_whole_as_column_by_column(named, dtypes, kin
     assert got.flags.c_contiguous and got.dtype == predictor.forest.input_dtype
 
 
+def test_arrow_columns_to_tensor_cannot_read_go_one_by_one(named):
+    # Arrow's to_tensor has no half floats: those tables go column by column.
+    model, predictor, test = named
+    table = pa.table({name: pa.array(test[name].to_numpy(np.float16)) if i == 2 else
+                      test[name] for i, name in enumerate(NAMES)})
+    assert columns.reader(table).block() is None
+    expected = reference.predict(predictor.forest, test.astype({NAMES[2]: np.float16}))
+    np.testing.assert_array_equal(predictor.predict(table), expected)
+
+
 def test_generic_names_and_numpy_are_positional(named):
     model, predictor, test = named
     X = test.to_numpy()

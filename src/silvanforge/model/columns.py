@@ -135,16 +135,18 @@ class _Arrow:
 
         def whole() -> np.ndarray | None:
             batches = self.X.to_batches() if hasattr(self.X, "to_batches") else [self.X]
-            if not batches:
-                return None
             parts = []
-            for batch in batches:
-                try:  # integers stay integers where there is no null
-                    tensor = batch.to_tensor(row_major=True)
-                except pa.ArrowTypeError:
-                    tensor = batch.to_tensor(null_to_nan=True, row_major=True)
-                parts.append(np.asarray(tensor))
-            return parts[0] if len(parts) == 1 else np.concatenate(parts)
+            try:
+                for batch in batches:
+                    try:  # integers stay integers where there is no null
+                        tensor = batch.to_tensor(row_major=True)
+                    except pa.ArrowTypeError:
+                        tensor = batch.to_tensor(null_to_nan=True, row_major=True)
+                    parts.append(np.asarray(tensor))
+            except pa.ArrowException:  # half floats, say: the columns one by one
+                return None
+            return None if not parts else parts[0] if len(parts) == 1 else \
+                np.concatenate(parts)
 
         # Each type's numpy dtype by its width (to_pandas_dtype would import pandas).
         return _exact_block([np.dtype(("float" if pa.types.is_floating(t) else "uint"
