@@ -54,7 +54,8 @@ def main(argv=None) -> int:
             predictors[name] = silvanforge.load_predictor(path)
     X = rows_for(args.model, predictors["before"].forest.n_features)
     for n in args.rows:
-        rows = np.ascontiguousarray(X[:n], dtype=np.float64)
+        # The CSVs hold 2000 rows: repeated to fill a bigger call.
+        rows = np.ascontiguousarray(np.resize(X, (n, X.shape[1]))[:n], dtype=np.float64)
         assert np.array_equal(predictors["before"].predict(rows, n_jobs=1),
                               predictors["after"].predict(rows, n_jobs=1))
         times: dict[str, list[float]] = {name: [] for name in predictors}

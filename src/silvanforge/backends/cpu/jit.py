@@ -69,10 +69,6 @@ def compile_kernel(kernel: ir.Kernel, *, opt: int = 2, target: Target | None = N
     pieces = _Pieces(target, opt, fast_isel) if build.cores() > 1 else None
     try:
         module = render_kernel(kernel, target, pieces)
-        if pieces is not None and pieces.build is not None:
-            # The last batch too is a module of its own, rather than left to the main
-            # module's whole pipeline (docs/ARCHITECTURE.md, "Compiling big kernels").
-            pieces.send(module)
     except BaseException:
         if pieces is not None and pieces.build is not None:
             pieces.build.abandon()  # its threads stop; what they built is dropped
@@ -173,7 +169,10 @@ class _Pieces:
     """Collects a kernel's outlined functions into modules of at least
     :data:`MIN_PARALLEL_INSTRUCTIONS` (the first, a :data:`FIRST_MODULE_FRACTION` of
     it), each sent to a parallel build when full (built with
-    :data:`.build.STRAIGHT_PASSES` where none of its functions holds a loop)."""
+    :data:`.build.STRAIGHT_PASSES` where none of its functions holds a loop). The last
+    batch stays in the main module, under its pipeline: sent on its own too, it
+    compiled faster but nyc_taxi as code ran 5-10% slower at 1024 rows
+    (docs/ARCHITECTURE.md, "Compiling big kernels")."""
 
     def __init__(self, target: Target, opt: int, fast_isel: bool) -> None:
         self.target, self.opt, self.fast_isel = target, opt, fast_isel
@@ -193,8 +192,6 @@ class _Pieces:
 
     def send(self, module: ll.Module) -> None:
         """Submit the batch as a module of its own (the first starts the build)."""
-        if not self.batch:
-            return
         if self.build is None:
             t = self.target
             self.build = build.ParallelBuild(t.triple, t.cpu, t.features, self.opt,
