@@ -61,7 +61,7 @@ STRAIGHT_PASSES = ("sroa", "instruction_combine", "new_gvn", "simplify_cfg")
 
 def build(text: str, triple: str, cpu: str, features: str, opt: int, pic: bool = False,
           keep_ir: bool = True, fast_isel: bool = False,
-          passes: tuple[str, ...] | None = None) -> tuple[bytes, str]:
+          passes: Sequence[str] | None = None) -> tuple[bytes, str]:
     """:func:`build_object`'s answer, built by this process's home worker (so that the
     pipeline's leak is not this process's); built here when no worker can be had.
 
@@ -178,7 +178,7 @@ class ParallelBuild:
 
     def __init__(self, triple: str, cpu: str, features: str, opt: int,
                  fast_isel: bool = False) -> None:
-        self.target = (triple, cpu, features, opt, False, True, fast_isel, None)
+        self.target = (triple, cpu, features, opt, False, True, fast_isel)
         self.jobs: list[_Job] = []
         self.pending: queue.Queue[_Job | None] = queue.Queue()
         self.workers = [threading.Thread(target=self._serve, args=(w,), daemon=True)
@@ -186,10 +186,10 @@ class ParallelBuild:
         for thread in self.workers:
             thread.start()
 
-    def submit(self, text: str, passes: tuple[str, ...] | None = None) -> None:
+    def submit(self, text: str, passes: Sequence[str] | None = None) -> None:
         """Build ``text`` (with ``passes`` instead of the level's pipeline: see
         :func:`build_object`)."""
-        job = _Job(text, self.target[:-1] + (passes,))
+        job = _Job(text, self.target + (passes,))
         self.jobs.append(job)
         self.pending.put(job)
 

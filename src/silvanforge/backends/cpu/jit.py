@@ -170,36 +170,31 @@ class _Pieces:
     :data:`MIN_PARALLEL_INSTRUCTIONS` (the first, a :data:`FIRST_MODULE_FRACTION` of
     it), each sent to a parallel build when full (built with
     :data:`.build.STRAIGHT_PASSES` where none of its functions holds a loop). The last
-    batch stays in the main module, under its pipeline: sent on its own too, it
-    compiled faster but nyc_taxi as code ran 5-10% slower at 1024 rows
-    (docs/ARCHITECTURE.md, "Compiling big kernels")."""
+    batch stays in the main module, under its pipeline: sent on its own, it slowed
+    the code of small trees (docs/ARCHITECTURE.md, "Compiling big kernels")."""
 
     def __init__(self, target: Target, opt: int, fast_isel: bool) -> None:
         self.target, self.opt, self.fast_isel = target, opt, fast_isel
         self.batch: list[ll.Function] = []
-        self.loops = False  # whether a function of the batch holds a loop
         self.instructions = 0
         self.submitted = 0  # instructions sent to the parallel build
         self.build: build.ParallelBuild | None = None
 
     def __call__(self, module: ll.Module, fn: ll.Function) -> None:
         self.batch.append(fn)
-        self.loops = self.loops or fn.loops
         self.instructions += fn.instructions
         first = FIRST_MODULE_FRACTION if self.build is None else 1
-        if self.instructions >= MIN_PARALLEL_INSTRUCTIONS // first:
-            self.send(module)
-
-    def send(self, module: ll.Module) -> None:
-        """Submit the batch as a module of its own (the first starts the build)."""
+        if self.instructions < MIN_PARALLEL_INSTRUCTIONS // first:
+            return
         if self.build is None:
             t = self.target
             self.build = build.ParallelBuild(t.triple, t.cpu, t.features, self.opt,
                                              self.fast_isel)
+        loops = any(f.loops for f in self.batch)
         self.build.submit(module.detach(self.batch),
-                          None if self.loops else build.STRAIGHT_PASSES)
+                          None if loops else build.STRAIGHT_PASSES)
         self.submitted += self.instructions
-        self.batch, self.instructions, self.loops = [], 0, False
+        self.batch, self.instructions = [], 0
 
 
 class CompiledKernel:
