@@ -6,10 +6,10 @@
 BEFORE_SRC and AFTER_SRC are folders that hold the ``silvanforge`` package (a
 ``git worktree`` of the commit before, and ``src``). Each round compiles each model once
 with each tree, in turn, every time in a fresh interpreter (nothing cached, the build
-workers started anew), and reads its wall seconds for ``compile`` (the model loaded
-first, not timed) and the CPU seconds of the process and its children (the LLVM
-workers, which ``compile`` starts and which end with the process). Prints and writes
-the medians and each round.
+workers started anew: ``compile_scale.py``'s), and reads its wall seconds for
+``compile`` (the model loaded first, not timed) and the CPU seconds of the process and
+its children (the LLVM workers, which ``compile`` starts and which end with the
+process). Prints and writes the medians and each round.
 """
 
 from __future__ import annotations
@@ -19,31 +19,22 @@ import json
 import os
 import platform
 import resource
-import subprocess
 import sys
 
 import numpy as np
 
-_COMPILE = r"""
-import json, sys, time
-import silvanforge
-assert silvanforge.__file__.startswith(sys.argv[3]), silvanforge.__file__
-forest = silvanforge.load(sys.argv[1])
-start = time.perf_counter()
-silvanforge.compile(forest, **json.loads(sys.argv[2]))
-print(json.dumps({"compile_s": time.perf_counter() - start}))
-"""
+from compile_scale import _SILVANFORGE, _run
 
 
-def _run(src: str, model: str, options: str) -> dict:
-    """One compile in a fresh interpreter importing silvanforge from ``src``."""
+def _timed(src: str, model: str, options: str) -> dict:
+    """compile_scale's fresh-interpreter load and compile, silvanforge imported from
+    ``src`` (PYTHONPATH comes before any installed copy), with the CPU seconds of that
+    process and its children."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    done = subprocess.run([sys.executable, "-c", _COMPILE, model, options, src],
-                          capture_output=True, text=True, check=True,
-                          env={**os.environ, "PYTHONPATH": src})
+    run = _run(_SILVANFORGE, model, options, env={**os.environ, "PYTHONPATH": src})
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return {**json.loads(done.stdout.splitlines()[-1]), "cpu_s": cpu}
+    return {**run, "cpu_s": cpu}
 
 
 def main(argv=None) -> int:
@@ -61,7 +52,7 @@ def main(argv=None) -> int:
         runs: dict[str, list[dict]] = {"before": [], "after": []}
         for _ in range(args.rounds):
             for name, src in srcs.items():
-                runs[name].append(_run(src, model, args.options))
+                runs[name].append(_timed(src, model, args.options))
         row = {"model": os.path.basename(model), "options": json.loads(args.options),
                "rounds": runs}
         for name in srcs:

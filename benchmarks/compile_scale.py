@@ -66,9 +66,9 @@ print(json.dumps({"load_s": time.perf_counter() - w0, "peak_mb": peak_mb()}))
 """
 
 
-def _run(code: str, *args: str) -> dict:
+def _run(code: str, *args: str, env: dict | None = None) -> dict:
     out = subprocess.run([sys.executable, "-c", code, *args], check=True,
-                         capture_output=True, text=True)
+                         capture_output=True, text=True, env=env)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
