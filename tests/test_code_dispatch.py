@@ -133,10 +133,11 @@ def test_interleaved_walks_emit_each_tree_once():
                                 n_jobs=1).dump("lir")
     unrolled = silvanforge.compile(forest, schedule="unroll(tree)", representation="code",
                                    n_jobs=1).dump("lir")
-    nodes = unrolled.count("if (")
+    nodes = unrolled.count("threshold[")  # each split node's test reads its threshold
+    assert nodes == (forest.n_nodes - forest.n_trees) // 2
     for lir in (rows, trees):
         assert lir.count("switch (") == 1
-        assert lir.count("if (") < 2 * nodes  # guards of rows and reduces added
+        assert lir.count("threshold[") == nodes
 
 
 def test_a_big_forest_calls_a_function_a_tree():

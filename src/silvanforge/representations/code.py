@@ -66,6 +66,11 @@ from .sparse import SparseRepresentation
 # The planner emits forests as code up to this many nodes (docs/ARCHITECTURE.md,
 # "Default choices": 61,000 nodes compile in 12-13 s on 2 cores).
 MAX_CODE_NODES = 100_000
+# A subtree of at most this many split nodes is one expression of selects, not branches:
+# all its tests run, and none of its (least predictable, bottom-level) branches can be
+# mispredicted; fewer blocks also compile faster (docs/ARCHITECTURE.md, "The code
+# representation": 7 against 1, 3 and 15 on LightGBM and XGBoost shapes).
+SELECT_NODES = 7
 
 # (feature, NaN read as 0) → the category operand of that row value in a tree's code.
 _Operands = Callable[[int, bool], decision.CategoryOperand]
@@ -200,17 +205,29 @@ class CodeRepresentation(SparseRepresentation):
 
     def _subtree(self, base: int, n: int, node: ir.Var, feature_value: FeatureLoader,
                  operand: _Operands) -> list[ir.Stmt]:
-        """The code of the subtree at global node ``n`` of the tree starting at ``base``."""
+        """The code of the subtree at global node ``n`` of the tree starting at ``base``:
+        statements leaving its leaf in ``node``."""
+        code, _ = self._code(base, n, node, feature_value, operand)
+        return _assigning(code, node)
+
+    def _code(self, base: int, n: int, node: ir.Var, feature_value: FeatureLoader,
+              operand: _Operands) -> tuple[list[ir.Stmt] | ir.Expr, int]:
+        """(the subtree at ``n`` as branches, or as the expression of its leaf where it
+        has at most :data:`SELECT_NODES` split nodes; its number of split nodes)."""
         nodes = self._nodes
         if nodes["left"][n] < 0:
-            leaf = nodes["value_bits" if self._values_in_code else "handle"][n]
-            return [ir.Assign(node, ir.i64(leaf))]
-        left = self._subtree(base, base + nodes["left"][n], node, feature_value, operand)
-        right = self._subtree(base, base + nodes["right"][n], node, feature_value, operand)
+            return ir.i64(nodes["value_bits" if self._values_in_code else "handle"][n]), 0
+        left, left_size = self._code(base, base + nodes["left"][n], node, feature_value,
+                                     operand)
+        right, right_size = self._code(base, base + nodes["right"][n], node, feature_value,
+                                       operand)
         cond = self._go_left(n, feature_value, operand)
-        if isinstance(cond, ir.Not):  # a branch needs no negation: swap its arms
+        if isinstance(cond, ir.Not):  # neither a branch nor a select needs the negation
             cond, left, right = cond.a, right, left
-        return [ir.If(cond, left, right)]
+        size = 1 + left_size + right_size
+        if isinstance(left, ir.Expr) and isinstance(right, ir.Expr) and size <= SELECT_NODES:
+            return ir.Select(cond, left, right), size
+        return [ir.If(cond, _assigning(left, node), _assigning(right, node))], size
 
     def _go_left(self, n: int, feature_value: FeatureLoader,
                  operand: _Operands) -> ir.Expr:
@@ -242,6 +259,12 @@ class CodeRepresentation(SparseRepresentation):
             cat_mask=constant("cat_mask", spec.mask_type) if masked else None,
             cat_operand=operand(feature, rule == MISSING_NONE) if cat and masked else None)
         return decision.go_left(spec, loads, feature_value)
+
+
+def _assigning(code: list[ir.Stmt] | ir.Expr, node: ir.Var) -> list[ir.Stmt]:
+    """Statements leaving a subtree's leaf in ``node``: its branches, or an assignment
+    of its expression."""
+    return code if isinstance(code, list) else [ir.Assign(node, code)]
 
 
 def _holds_at_zero(op: int, threshold: float) -> bool:
