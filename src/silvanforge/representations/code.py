@@ -63,8 +63,8 @@ from .base import FeatureLoader, register
 from ..schedule import Schedule, named
 from .sparse import SparseRepresentation
 
-# The planner emits forests as code up to this many nodes (docs/ARCHITECTURE.md,
-# "Default choices": 61,000 nodes compile in 12-13 s on 2 cores).
+# The planner emits forests as code up to this many nodes, about 5 s of compile on 2
+# cores (docs/ARCHITECTURE.md, "Default choices"; mtpl2's 61,000 nodes 2.8 s).
 MAX_CODE_NODES = 100_000
 # A subtree of at most this many split nodes is one expression of selects, not branches:
 # all its tests run, and none of its (least predictable, bottom-level) branches can be

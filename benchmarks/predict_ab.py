@@ -1,0 +1,144 @@
+"""Run time of one model built several ways: saved predictors, shuffled rounds.
+
+    python benchmarks/predict_ab.py MODEL VARIANT VARIANT... [--rows 1 16 64 1024]
+        [--rounds 15] [--builds 1] [--options '{"representation": "code"}'] [--out F.json]
+
+A VARIANT is a folder holding the ``silvanforge`` package (``src``, or a ``git
+worktree`` of another commit's ``src``), optionally followed by ``@module.NAME=VALUE``
+settings of module constants made before compiling (``src@silvanforge.representations.
+code.SELECT_NODES=3``) and ``@option=VALUE`` options of ``compile`` over ``--options``
+(``src@representation=mask``). Each variant compiles MODEL ``--builds`` times (each in a fresh
+interpreter, saved to a temporary .sfp file: each build places the code anew, and two
+builds of one commit differ by a few percent), all are loaded into this process and
+``predict`` is timed on the same rows, 1 thread, in a shuffled order each round; it
+prints each variant's median ns a row (over its builds' rounds) and its ratio to the
+first variant's. All must give the same predictions.
+
+Rows: the model's rows in ``../shared/models`` (``NAME.rows.csv``, ``higgs.test.csv``,
+``NAME.random.csv``; the last column, the library's prediction, dropped), else
+``silvanforge.bench.random_rows``. A call takes the next window of the rows in turn, so
+that calls of a few rows do not repeat one window the branch predictor learns; a call
+bigger than the rows takes shuffled copies of them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+import silvanforge
+from silvanforge import bench
+
+SHARED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared",
+                      "models")
+_SAVE = """
+import importlib, json, sys, silvanforge
+options = json.loads(sys.argv[4])
+for name, value in json.loads(sys.argv[3]).items():
+    if "." not in name:
+        options[name] = value
+        continue
+    module, attr = name.rsplit(".", 1)
+    setattr(importlib.import_module(module), attr, value)
+silvanforge.compile(sys.argv[1], **options).save(sys.argv[2])
+"""
+
+
+def parse_variant(text: str) -> tuple[str, dict]:
+    """``src@a.b.C=3@d.E=x`` -> ("src", {"a.b.C": 3, "d.E": "x"}) (values as JSON where
+    they parse as JSON)."""
+    src, *settings = text.split("@")
+    values = {}
+    for setting in settings:
+        name, value = setting.split("=", 1)
+        try:
+            values[name] = json.loads(value)
+        except json.JSONDecodeError:
+            values[name] = value
+    return src, values
+
+
+def model_rows(model: str, forest: silvanforge.Forest) -> np.ndarray:
+    stem = os.path.basename(model).split(".")[0]
+    for path in sorted(glob.glob(os.path.join(SHARED, stem + ".*.csv"))):
+        return np.loadtxt(path, delimiter=",")[:, :-1]
+    return bench.random_rows(forest, 20000).astype(np.float64)
+
+
+def windows(X: np.ndarray, n: int, count: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """``count`` calls of ``n`` rows: consecutive windows of ``X`` in turn, or shuffled
+    copies of it where ``n`` passes its length."""
+    if n > len(X):
+        copies = [X[rng.permutation(len(X))] for _ in range(-(-n // len(X)))]
+        return [np.ascontiguousarray(np.concatenate(copies)[:n])]
+    starts = [(i * n) % (len(X) - n + 1) for i in range(min(count, max(1, len(X) // n)))]
+    return [np.ascontiguousarray(X[s:s + n]) for s in starts]
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("model")
+    parser.add_argument("variants", nargs="+")
+    parser.add_argument("--rows", type=int, nargs="+", default=[1, 16, 64, 1024])
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--builds", type=int, default=1)
+    parser.add_argument("--options", default='{"representation": "code"}')
+    parser.add_argument("--out")
+    args = parser.parse_args(argv)
+    predictors: dict[str, list] = {}
+    with tempfile.TemporaryDirectory() as folder:
+        for v, variant in enumerate(args.variants):
+            src, settings = parse_variant(variant)
+            predictors[variant] = []
+            for b in range(args.builds):
+                path = os.path.join(folder, f"{v}-{b}.sfp")
+                subprocess.run([sys.executable, "-c", _SAVE, args.model, path,
+                                json.dumps(settings), args.options], check=True,
+                               env={**os.environ, "PYTHONPATH": os.path.abspath(src)})
+                predictors[variant].append(silvanforge.load_predictor(path))
+    for i, v in enumerate(args.variants):
+        print(f"[{i}] {v}")
+    first = predictors[args.variants[0]][0]
+    X = model_rows(args.model, first.forest)
+    rng = np.random.default_rng(0)
+    report = {"model": args.model, "variants": args.variants, "rows": {}}
+    for n in args.rows:
+        calls = windows(X, n, 64, rng)
+        expected = [first.predict(c, n_jobs=1) for c in calls]
+        for built in predictors.values():
+            for p in built:
+                assert all(np.array_equal(p.predict(c, n_jobs=1), e)
+                           for c, e in zip(calls, expected))
+        times: dict[str, list[float]] = {v: [] for v in predictors}
+        reps = max(1, 20000 // n)
+        for _ in range(args.rounds):
+            order = [(v, p) for v, built in predictors.items() for p in built]
+            random.shuffle(order)
+            for v, p in order:
+                start = time.perf_counter()
+                for r in range(reps):
+                    p.predict(calls[r % len(calls)], n_jobs=1)
+                times[v].append((time.perf_counter() - start) / reps / n * 1e9)
+        medians = {v: float(np.median(t)) for v, t in times.items()}
+        base = medians[args.variants[0]]
+        print(f"{os.path.basename(args.model)} {n} rows: " + ", ".join(
+            f"[{i}] {m:.1f} ns ({m / base:.3f})" for i, m in enumerate(medians.values())),
+              flush=True)
+        report["rows"][n] = {"median_ns": medians, "rounds_ns": times}
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(report, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
