@@ -91,6 +91,32 @@ def _big_forest(n_trees: int = 120, seed: int = 0):
     return build_forest(trees, n_features=5, n_outputs=1)
 
 
+def test_the_bottom_of_a_tree_is_selects():
+    """A subtree of at most SELECT_NODES split nodes is one expression of selects; only
+    the nodes above branch."""
+    from silvanforge.representations import code
+    forest = _big_forest(n_trees=8, seed=3)
+
+    def splits(t: int, n: int) -> int:  # split nodes of the subtree at local node n
+        left, right = forest.left[forest.tree_offsets[t] + n], \
+            forest.right[forest.tree_offsets[t] + n]
+        return 0 if left < 0 else 1 + splits(t, left) + splits(t, right)
+
+    def branching(t: int, n: int) -> int:  # nodes whose subtree passes the bound
+        left, right = forest.left[forest.tree_offsets[t] + n], \
+            forest.right[forest.tree_offsets[t] + n]
+        if splits(t, n) <= code.SELECT_NODES:
+            return 0
+        return 1 + branching(t, left) + branching(t, right)
+
+    lir = silvanforge.compile(forest, representation="code", schedule="unroll(tree)",
+                              n_jobs=1).dump("lir")
+    expected = sum(branching(t, 0) for t in range(forest.n_trees))
+    assert 0 < expected < (forest.n_nodes - forest.n_trees) // 2
+    assert lir.count("if (") == expected
+    assert lir.count(" ? ") >= (forest.n_nodes - forest.n_trees) // 2 - expected
+
+
 def test_a_big_forest_is_split_into_functions():
     forest = _big_forest()
     predictor = silvanforge.compile(forest, representation="code", n_jobs=1)
