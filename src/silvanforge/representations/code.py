@@ -141,9 +141,10 @@ class CodeRepresentation(SparseRepresentation):
 
     def walk_code(self, tree: ir.Expr, node: ir.Var, feature_value: FeatureLoader,
                   row: dict | None = None) -> list[ir.Stmt]:
-        """Nested ``If`` statements leaving tree ``tree``'s reached leaf in ``node`` (the
-        float64 bits of its value, or its handle for linear and vector leaves; see
-        :meth:`code_leaf_value`); ``tree`` is a constant (an unrolled or specialized tree
+        """Nested ``If`` statements (selects at the bottom: :data:`SELECT_NODES`) leaving
+        tree ``tree``'s reached leaf in ``node`` (the float64 bits of its value, or its
+        handle for linear and vector leaves; see :meth:`code_leaf_value`); ``tree`` is a
+        constant (an unrolled or specialized tree
         loop, or a case of the lowering's jump on a variable index). With a ``row``
         cache, the walk's category operands are the row's, declared by
         :meth:`row_preamble`; without one, the walk declares its own."""
