@@ -164,6 +164,32 @@ def test_random_rows_cross_the_model_thresholds(case):
     assert silvanforge.compile(case.forest, n_jobs=1).predict(rows).shape == (200,)
 
 
+class _Traced(_Offset):
+    """A correct engine that records whether tracemalloc traced each of its prepares."""
+
+    def __init__(self):
+        super().__init__("traced", 0.0)
+        self.tracing: list[bool] = []
+
+    def prepare(self, case, threads):
+        import tracemalloc
+        self.tracing.append(tracemalloc.is_tracing())
+        return super().prepare(case, threads)
+
+
+def test_prepare_is_timed_untraced_and_its_memory_traced_apart(case):
+    # tracemalloc slows Python-heavy compiles several-fold: the timed prepare runs
+    # without it, a second one measures the peak.
+    engine = _Traced()
+    result = _run(case, [engine, bench.CheckoutEngine(os.path.join(ROOT, "src"), "here")])
+    assert engine.tracing == [False, True]
+    rows = {r["engine"]: r for r in result["rows"]}
+    assert rows["traced"]["prepare_peak_mib"] >= 0
+    assert rows["silvanforge@here"]["prepare_peak_mib"] is None  # its own process
+    assert rows["silvanforge@here"]["compile_s"] > 0
+    assert "| silvanforge@here |" in bench.markdown(result)
+
+
 def test_another_checkout_runs_in_its_own_process(case):
     # This checkout's own src as the "other" one: a real worker process, checked
     # against the reference and timed like any engine.
