@@ -498,17 +498,21 @@ def _rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale / MIB
 
 
-def _measured(fn: Callable[[], Any]) -> tuple[Any, float, float, float]:
-    """fn(), its seconds, its tracemalloc peak (MiB) and its growth of the RSS high-water."""
+def _measured(fn: Callable[[], Any], traced: bool = True
+              ) -> tuple[Any, float, float | None, float]:
+    """fn(), its seconds, its tracemalloc peak (MiB; None where not ``traced``, and then
+    its seconds untraced) and its growth of the RSS high-water."""
     rss = _rss_mib()
-    tracemalloc.start()
+    if traced:
+        tracemalloc.start()
     start = time.perf_counter()
     try:
         value = fn()
         seconds = time.perf_counter() - start
-        peak = tracemalloc.get_traced_memory()[1] / MIB
+        peak = tracemalloc.get_traced_memory()[1] / MIB if traced else None
     finally:
-        tracemalloc.stop()
+        if traced:
+            tracemalloc.stop()
     return value, seconds, peak, _rss_mib() - rss
 
 
@@ -518,12 +522,8 @@ def _prepared(engine: Engine, case: Case, threads: Sequence[int]) -> tuple[Loade
     Python rendering of trees as code 2.7x: mtpl2 8.2 s against 3.0), and
     ``prepare_peak_mib``, the tracemalloc peak of a second prepare, or None for an engine
     in a process of its own (whose allocations tracemalloc does not see)."""
-    rss = _rss_mib()
-    start = time.perf_counter()
-    model = engine.prepare(case, threads)
-    seconds = time.perf_counter() - start
-    growth = _rss_mib() - rss
-    peak = None
+    model, seconds, peak, growth = _measured(lambda: engine.prepare(case, threads),
+                                             traced=False)
     if engine.in_process:
         again, _, peak, _ = _measured(lambda: engine.prepare(case, threads))
         again.close()
