@@ -74,14 +74,12 @@ def model_rows(model: str, forest: silvanforge.Forest) -> np.ndarray:
     return bench.random_rows(forest, 20000).astype(np.float64)
 
 
-def windows(X: np.ndarray, n: int, count: int, rng: np.random.Generator) -> list[np.ndarray]:
-    """``count`` calls of ``n`` rows: consecutive windows of ``X`` in turn, or shuffled
-    copies of it where ``n`` passes its length."""
+def windows(X: np.ndarray, n: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """Calls of ``n`` rows: ``bench.distinct_batches`` of ``X``, or of shuffled copies of
+    it where ``n`` passes its length."""
     if n > len(X):
-        copies = [X[rng.permutation(len(X))] for _ in range(-(-n // len(X)))]
-        return [np.ascontiguousarray(np.concatenate(copies)[:n])]
-    starts = [(i * n) % (len(X) - n + 1) for i in range(min(count, max(1, len(X) // n)))]
-    return [np.ascontiguousarray(X[s:s + n]) for s in starts]
+        X = np.concatenate([X[rng.permutation(len(X))] for _ in range(-(-n // len(X)))])
+    return bench.distinct_batches(X, n)
 
 
 def main(argv=None) -> int:
@@ -112,7 +110,7 @@ def main(argv=None) -> int:
     rng = np.random.default_rng(0)
     report = {"model": args.model, "variants": args.variants, "rows": {}}
     for n in args.rows:
-        calls = windows(X, n, 64, rng)
+        calls = windows(X, n, rng)
         expected = [first.predict(c, n_jobs=1) for c in calls]
         for built in predictors.values():
             for p in built:
