@@ -144,8 +144,8 @@ class CodeRepresentation(SparseRepresentation):
         """Nested ``If`` statements (selects at the bottom: :data:`SELECT_NODES`) leaving
         tree ``tree``'s reached leaf in ``node`` (the float64 bits of its value, or its
         handle for linear and vector leaves; see :meth:`code_leaf_value`); ``tree`` is a
-        constant (an unrolled or specialized tree
-        loop, or a case of the lowering's jump on a variable index). With a ``row``
+        constant (an unrolled or specialized tree loop, or a case of the lowering's jump
+        on a variable index). With a ``row``
         cache, the walk's category operands are the row's, declared by
         :meth:`row_preamble`; without one, the walk declares its own."""
         if not isinstance(tree, ir.Const):
@@ -181,7 +181,7 @@ class CodeRepresentation(SparseRepresentation):
                 x = values[index] = feature_value(index)
             return x
 
-        body = self._subtree(base, base, node, shared, operand)
+        body = _assigning(self._subtree(base, base, node, shared, operand)[0], node)
         return self.row_preamble(operands, feature_value) + body if own else body
 
     def row_preamble(self, row: dict, feature_value: FeatureLoader) -> list[ir.Stmt]:
@@ -205,23 +205,18 @@ class CodeRepresentation(SparseRepresentation):
         return self.leaf_value(tree, node, k, feature_value)
 
     def _subtree(self, base: int, n: int, node: ir.Var, feature_value: FeatureLoader,
-                 operand: _Operands) -> list[ir.Stmt]:
-        """The code of the subtree at global node ``n`` of the tree starting at ``base``:
-        statements leaving its leaf in ``node``."""
-        code, _ = self._code(base, n, node, feature_value, operand)
-        return _assigning(code, node)
-
-    def _code(self, base: int, n: int, node: ir.Var, feature_value: FeatureLoader,
-              operand: _Operands) -> tuple[list[ir.Stmt] | ir.Expr, int]:
-        """(the subtree at ``n`` as branches, or as the expression of its leaf where it
-        has at most :data:`SELECT_NODES` split nodes; its number of split nodes)."""
+                 operand: _Operands) -> tuple[list[ir.Stmt] | ir.Expr, int]:
+        """(the code of the subtree at global node ``n`` of the tree starting at
+        ``base``: branches leaving its leaf in ``node``, or the expression of its leaf
+        where it has at most :data:`SELECT_NODES` split nodes; its number of split
+        nodes)."""
         nodes = self._nodes
         if nodes["left"][n] < 0:
             return ir.i64(nodes["value_bits" if self._values_in_code else "handle"][n]), 0
-        left, left_size = self._code(base, base + nodes["left"][n], node, feature_value,
-                                     operand)
-        right, right_size = self._code(base, base + nodes["right"][n], node, feature_value,
-                                       operand)
+        left, left_size = self._subtree(base, base + nodes["left"][n], node,
+                                        feature_value, operand)
+        right, right_size = self._subtree(base, base + nodes["right"][n], node,
+                                          feature_value, operand)
         cond = self._go_left(n, feature_value, operand)
         if isinstance(cond, ir.Not):  # neither a branch nor a select needs the negation
             cond, left, right = cond.a, right, left
