@@ -97,16 +97,17 @@ def test_the_bottom_of_a_tree_is_selects():
     from silvanforge.representations import code
     forest = _big_forest(n_trees=8, seed=3)
 
-    def splits(t: int, n: int) -> int:  # split nodes of the subtree at local node n
-        left, right = forest.left[forest.tree_offsets[t] + n], \
-            forest.right[forest.tree_offsets[t] + n]
+    def children(t: int, n: int) -> tuple[int, int]:  # of local node n of tree t
+        return forest.left[forest.tree_offsets[t] + n], forest.right[forest.tree_offsets[t] + n]
+
+    def splits(t: int, n: int) -> int:  # split nodes of the subtree at n
+        left, right = children(t, n)
         return 0 if left < 0 else 1 + splits(t, left) + splits(t, right)
 
     def branching(t: int, n: int) -> int:  # nodes whose subtree passes the bound
-        left, right = forest.left[forest.tree_offsets[t] + n], \
-            forest.right[forest.tree_offsets[t] + n]
         if splits(t, n) <= code.SELECT_NODES:
             return 0
+        left, right = children(t, n)
         return 1 + branching(t, left) + branching(t, right)
 
     lir = silvanforge.compile(forest, representation="code", schedule="unroll(tree)",
