@@ -98,7 +98,8 @@ def test_the_bottom_of_a_tree_is_selects():
     forest = _big_forest(n_trees=8, seed=3)
 
     def children(t: int, n: int) -> tuple[int, int]:  # of local node n of tree t
-        return forest.left[forest.tree_offsets[t] + n], forest.right[forest.tree_offsets[t] + n]
+        at = forest.tree_offsets[t] + n
+        return forest.left[at], forest.right[at]
 
     def splits(t: int, n: int) -> int:  # split nodes of the subtree at n
         left, right = children(t, n)
