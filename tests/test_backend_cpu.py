@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import importlib
+import re
 import threading
 import warnings
 
@@ -770,3 +771,24 @@ def test_vector_lookups_gathers_and_broadcasts_read_what_numpy_reads(dtype, span
     np.testing.assert_array_equal(result[:16], values[3 + at % span])
     np.testing.assert_array_equal(result[16:32], values[5:21])
     np.testing.assert_array_equal(result[32:], values[8])
+
+
+@pytest.mark.parametrize("vector_bits", [0, 256, 512])
+def test_a_gather_by_32_bit_offsets_loads_a_lane_at_a_time_where_the_target_permutes(
+        vector_bits):
+    # x86 with AVX2 or AVX-512 (vector_bits 256, 512): a load per lane at the start plus
+    # the lane's offset, zero-extended; elsewhere (0) LLVM's masked gather. The IR only:
+    # the loads' results are tested above on this machine's CPU.
+    table = ir.Buffer("table", ir.F32, readonly=True)
+    out = ir.Buffer("out", ir.F32)
+    offsets = ir.VectorLoad(ir.Buffer("offsets", ir.I32, readonly=True), ir.i64(0), 16)
+    gathered = ir.Load(table, ir.BinOp("add", ir.i64(3), ir.Cast(offsets, ir.I64)))
+    kernel = ir.Kernel("gather", [table, ir.Buffer("offsets", ir.I32, readonly=True), out],
+                       [ir.Store(out, ir.i64(0), gathered)])
+    text = str(render_module(kernel, vector_bits=vector_bits))
+    if vector_bits:
+        assert "masked.gather" not in text
+        assert len(re.findall(r"zext i32 %\S+ to i64", text)) == 16
+        assert len(re.findall(r"= load float, ", text)) == 16
+    else:
+        assert "llvm.masked.gather.v16f32" in text and "zext" not in text

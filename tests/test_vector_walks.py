@@ -82,9 +82,10 @@ def test_every_end_of_a_batch_in_a_block_of_four_vector_walks():
 @pytest.mark.parametrize("seed", [12, 13])
 def test_vector_walks_for_a_cpu_without_avx512_permute_by_8_and_stay_exact(seed):
     # Built for an AVX2 machine (this test's CPU must have AVX2 to run it): 16-lane
-    # vectors are two of 8, and windows of up to 64 slots (AVX2_PERMUTE_SPAN) are one-table
-    # permutes and a select tree (levels 0-6 of a depth-7 tree: 1 to 64 slots); wider
-    # ones gather (its 128 leaves).
+    # vectors are two of 8, and windows of up to 32 slots (AVX2_PERMUTE_SPAN) are one-table
+    # permutes and a select tree (levels 0-5 of a depth-7 tree: 1 to 32 slots); wider
+    # ones (its level of 64 nodes, its 128 leaves) and the rows' values load a lane at a
+    # time, by 32-bit offsets, not by LLVM's gather.
     rng = np.random.default_rng(seed)
     forest = random_forest(rng, [OP_LT, OP_LE, OP_CAT], [MISSING_NAN, MISSING_ZERO], 4, 2)
     deep = complete_forest([7, 5], n_features=5, seed=seed)
@@ -96,6 +97,7 @@ def test_vector_walks_for_a_cpu_without_avx512_permute_by_8_and_stay_exact(seed)
                                         cpu="x86-64-v3")
         text = predictor.dump("llvm")
         assert "avx512" not in text and "llvm.x86.avx2.permd" in text
+        assert not re.search(r"call .*@llvm\.masked\.gather", text) and "zext i32" in text
         for n in (1, 20, 70, 140):
             np.testing.assert_array_equal(predictor.predict(rows[:n], output="margin"),
                                           expected[:n])

@@ -60,9 +60,9 @@ _BYTES = {ir.BOOL: 1, ir.I8: 1, ir.I32: 4, ir.I64: 8, ir.F32: 4, ir.F64: 8}
 # behind smaller rules").
 PERMUTE_SPAN = 256
 # On AVX2, which permutes one table of 8 32-bit lanes and no 64-bit lanes by a vector:
-# windows of up to 64 (8 permutes, 7 selects) beat gathering, wider ones lose (same
-# section).
-AVX2_PERMUTE_SPAN = 64
+# windows of up to 32 (4 permutes, 3 selects) beat loading a lane at a time, wider ones
+# lose (same section).
+AVX2_PERMUTE_SPAN = 32
 
 
 def _like(vector: ll.Type, element: ll.Type) -> ll.Type:
@@ -258,10 +258,32 @@ class _FunctionBuilder:
         return self.value(e)
 
     def _e_Load(self, e: ir.Load) -> ll.Value:
+        split = self.offsets(e.buffer, e.index)
+        if split is not None:
+            return self.gather_from(split[0], split[1], e.buffer)
         address = self.address(e.buffer, e.index)
         if isinstance(address.type, ll.VectorType):
             return self.gather(address, e.buffer)
         return self.b.load(address, invariant=e.buffer.readonly)
+
+    def gather_from(self, start: ll.Value, offsets: ll.Value, buf: ir.Buffer) -> ll.Value:
+        """One element per lane at ``start`` + the lane's 32-bit offset. Where the
+        target permutes (x86 with AVX2 or AVX-512), a load per lane: the lane's offset
+        zero-extended (offsets index a buffer, never negative; on x86 a 32-bit register
+        write clears the upper half, so the offset is the load's index register as it
+        is), which beat both ``vpgatherdps`` and LLVM's own scalarized gather, whose
+        addresses it computes as 64-bit vectors (docs/ARCHITECTURE.md "Vector walks
+        across rows"). Elsewhere one gather."""
+        if not self.render.vector_bits:
+            return self.gather(self.b.gep(start, [offsets]), buf)
+        element = llvm_type(buf.dtype)
+        vty = ll.VectorType(element, offsets.type.count)  # type: ignore[attr-defined]
+        value = ll.Value(vty, "poison")
+        for lane in range(vty.count):
+            at = self.b.gep(start, [self.b.convert("zext", self.b.extract(offsets, lane),
+                                                   _I64)])
+            value = self.b.insert(value, self.b.load(at, invariant=buf.readonly), lane)
+        return value
 
     def gather(self, addresses: ll.Value, buf: ir.Buffer) -> ll.Value:
         """One element per lane from a vector of addresses (all lanes enabled)."""
@@ -309,7 +331,7 @@ class _FunctionBuilder:
         per = vector_bits // width  # lanes a register (read only where span is not 0)
         start = self.address(e.buffer, e.base)
         if not (span and lanes % per == 0 and e.span <= span):
-            return self.gather(self.b.gep(start, [offset]), e.buffer)
+            return self.gather_from(start, offset, e.buffer)
         ity = ll.VectorType(ll.IntType(width), per)
         windows = [self.window(e.buffer, start, k, min(per, e.span - k), ity)
                    for k in range(0, max(e.span, 1), per)]
@@ -486,10 +508,10 @@ class _FunctionBuilder:
         return self.b.call(self.function(name, ll.FunctionType(a.type, [a.type])), [a],
                            pure=True)
 
-    def address(self, buf: ir.Buffer, index: ir.Expr) -> ll.Value:
-        """The address of element ``index`` (a vector of addresses for a vector). A
-        vector index ``scalar + (i64)offsets`` of 32-bit offsets addresses from the
-        scalar with those offsets: one 16-lane gather, not two of 64-bit indices."""
+    def offsets(self, buf: ir.Buffer, index: ir.Expr) -> tuple[ll.Value, ll.Value] | None:
+        """A vector index ``scalar + (i64)offsets`` of 32-bit offsets as (the scalar's
+        address, the offsets): gathered from the one address by those offsets, not by
+        64-bit addresses a lane. Else None."""
         if isinstance(index, ir.BinOp) and index.op == "add":
             for scalar, cast in ((index.a, index.b), (index.b, index.a)):
                 if isinstance(cast, ir.Cast) and cast.a.dtype == ir.I32:
@@ -497,7 +519,14 @@ class _FunctionBuilder:
                     if isinstance(offsets.type, ll.VectorType):
                         start = self.address(buf, scalar)
                         if not isinstance(start.type, ll.VectorType):
-                            return self.b.gep(start, [offsets])
+                            return start, offsets
+        return None
+
+    def address(self, buf: ir.Buffer, index: ir.Expr) -> ll.Value:
+        """The address of element ``index`` (a vector of addresses for a vector)."""
+        split = self.offsets(buf, index)
+        if split is not None:
+            return self.b.gep(split[0], [split[1]])
         i = self.expr(index)
         wide = _like(i.type, _I64)
         if i.type != wide:

@@ -480,6 +480,10 @@ class IRBuilder:
         return self._pure(vector.type.element,  # type: ignore[attr-defined]
                           f"extractelement {vector.type.text} {vector.ref}, i32 {lane}")
 
+    def insert(self, vector: Value, value: Value, lane: int) -> Value:
+        return self._pure(vector.type, f"insertelement {vector.type.text} {vector.ref}, "
+                                       f"{value.type.text} {value.ref}, i32 {lane}")
+
     def shuffle(self, a: Value, b: Value, lanes: Sequence[int]) -> Value:
         """The vector of lanes ``lanes`` of ``a`` and ``b`` concatenated (constant)."""
         vty = VectorType(a.type.element, len(lanes))  # type: ignore[attr-defined]
