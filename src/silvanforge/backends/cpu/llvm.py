@@ -261,7 +261,7 @@ class _FunctionBuilder:
         split = self.offsets(e.buffer, e.index)
         if split is not None:
             return self.gather_from(split[0], split[1], e.buffer)
-        address = self.address(e.buffer, e.index)
+        address = self.element_address(e.buffer, e.index)
         if isinstance(address.type, ll.VectorType):
             return self.gather(address, e.buffer)
         return self.b.load(address, invariant=e.buffer.readonly)
@@ -527,6 +527,10 @@ class _FunctionBuilder:
         split = self.offsets(buf, index)
         if split is not None:
             return self.b.gep(split[0], [split[1]])
+        return self.element_address(buf, index)
+
+    def element_address(self, buf: ir.Buffer, index: ir.Expr) -> ll.Value:
+        """:meth:`address` without looking for 32-bit offsets (a caller that looked)."""
         i = self.expr(index)
         wide = _like(i.type, _I64)
         if i.type != wide:
