@@ -92,6 +92,18 @@ def test_saved_plan_n_jobs_is_checked(forest):
             Plan.from_json(forest, {**plan, "n_jobs": bad})
 
 
+def test_saved_plan_second_layout_is_checked(forest):
+    """A second layout must be a known one with a small-batch schedule to walk."""
+    from silvanforge.plan.plan import Plan
+
+    plan = silvanforge.compile(forest, schedule="xgboost", n_jobs=1).plan.to_json()
+    for bad in ({"small_representation": "nope", "small_schedule": "reorder(tree, batch)"},
+                {"small_representation": "code", "small_schedule": None},
+                {"small_representation": 3}):
+        with pytest.raises(ModelFormatError, match="small_representation"):
+            Plan.from_json(forest, {**plan, **bad})
+
+
 # ---- saved predictors --------------------------------------------------------------------
 
 def _members(data: bytes) -> dict[str, bytes]:
@@ -144,7 +156,7 @@ def test_a_truncated_file_is_a_format_error(saved, tmp_path, cut):
         silvanforge.load_predictor(path)
 
 
-@pytest.mark.parametrize("fmt", [True, 5.0, "5", None, 0, 6])
+@pytest.mark.parametrize("fmt", [True, 5.0, "5", None, 0, 7])
 def test_format_must_be_an_int_this_version_knows(saved, fmt):
     data = _archive(_header(_members(saved), format=fmt), redigest=True)
     with pytest.raises(ModelFormatError, match=f"format {fmt!r} is not"):

@@ -5,6 +5,8 @@ any schedule, float32 and float64."""
 
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -20,11 +22,12 @@ from silvanforge.model.forest import (MISSING_NAN, MISSING_NONE, MISSING_ZERO, O
                                       OP_EQ, OP_LE, OP_LT)
 from silvanforge.representations.mask import (MaskRepresentation, _ranks, one_compare,
                                                vector_ready)
-from silvanforge.plan.planner import choose_representation
+from silvanforge.plan.planner import choose_representation, make_plan
 from silvanforge.representations import decision
 from silvanforge.schedule import named
 
 from test_representations import random_rows, tree_of_shape
+from util import forbid_compiling
 
 SCHEDULES = ["xgboost",                                   # a tree over a block of rows
              "tile(batch, b0, b1, 16)\nparallel(b0)",     # a row through every tree
@@ -311,7 +314,8 @@ def test_masks_are_the_default_for_small_skewed_trees_on_avx512():
                                for _ in range(3)], n_features=5, n_outputs=1)
     if default_of(numeric, AVX512) != "mask":
         pytest.skip("these random trees happen to fit the array layout's padding bound")
-    assert default_of(numeric, AVX2) == "code"
+    # With AVX2 only, blocks of rows as lanes (two layouts in one plan: below).
+    assert vector_ready(numeric, "float64") and default_of(numeric, AVX2) == "mask"
     assert default_of(categorical, AVX512) == "mask"
     assert default_of(large_sets, AVX512) == "code"
     # Trees of 32-63 splits take strides of 64 lanes, slower than code.
@@ -323,6 +327,44 @@ def test_masks_are_the_default_for_small_skewed_trees_on_avx512():
     assert default_of(numeric, AVX512, device="gpu") == "sparse"
     with pytest.raises(InputError, match="runs on cpu targets only"):
         silvanforge.compile(numeric, target="opencl", representation="mask")
+
+
+def test_on_avx2_masks_walk_blocks_of_rows_and_code_a_few_rows():
+    # Built for x86-64-v3 (this test's CPU must run AVX2 code): the default plan of a
+    # forest whose rows walk masks as lanes has two layouts, code for up to 8 rows.
+    # Every batch size on both sides of that bound matches the reference, reloaded
+    # and pickled predictors reuse both kernels, and a named layout is one layout.
+    if not Target.named("x86-64-v3").runs_on(Target.host()):
+        pytest.skip("needs a CPU that runs x86-64-v3 code (AVX2)")
+    rng = np.random.default_rng(8)
+    forest = build_forest([grown_tree(rng, 25, 6, [OP_LE], [MISSING_NAN, MISSING_NONE])
+                           for _ in range(12)], n_features=6, n_outputs=1)
+    rows = random_rows(forest, 9, 120)
+    predictor = silvanforge.compile(forest, cpu="x86-64-v3")
+    plan = predictor.plan
+    assert (plan.representation, plan.small_representation, plan.small_batch) == \
+        ("mask", "code", 8)
+    assert plan.schedule.vectorized and not plan.small_schedule.vectorized
+    assert "batches of up to 8 rows, as code:" in str(plan)
+    buffers = [p.name for p in predictor.kernel.params]
+    assert any(b.startswith("model_mask_") for b in buffers)
+    assert any(b.startswith("model_small_") for b in buffers)
+    expected = reference.predict(forest, rows, output="margin")
+    for n in [*range(1, 12), 16, 17, 70, 120]:
+        np.testing.assert_array_equal(predictor.predict(rows[:n], output="margin"),
+                                      expected[:n], err_msg=f"{n} rows")
+    data = predictor.to_bytes()
+    with pytest.MonkeyPatch.context() as patch:
+        forbid_compiling(patch)
+        for again in (silvanforge.Predictor.from_bytes(data), pickle.loads(pickle.dumps(predictor))):
+            assert again.plan == plan
+            for n in (3, 9, 120):
+                np.testing.assert_array_equal(again.predict(rows[:n], output="margin"),
+                                              expected[:n])
+    for name in ("mask", "code"):
+        assert silvanforge.compile(forest, representation=name, cpu="x86-64-v3",
+                                   n_jobs=1).plan.small_representation is None
+    assert make_plan(forest, cpu="x86-64-v4").small_representation is None
 
 
 def test_the_default_compile_of_a_lightgbm_model_with_missing_values():
@@ -493,16 +535,17 @@ def test_vector_walks_of_masks_need_the_block_cached():
 
 
 def test_float64_forests_of_small_complete_trees_take_masks_with_rows_as_lanes():
-    # The array layout walks float64 forests row by row; on AVX-512, masks with rows
-    # as lanes take the forests whose splits they test in one compare (LightGBM's
-    # depth-limited multiclass models: 1.7-1.9x faster from 64 rows).
+    # The array layout walks float64 forests row by row; masks with rows as lanes take
+    # the forests whose splits they test in one compare (LightGBM's depth-limited
+    # multiclass models: 1.7-1.9x faster from 64 rows on AVX-512; on AVX2 with code for
+    # a few rows, 1.4-1.9x from 8 rows).
     rng = np.random.default_rng(9)
     left = [2 * i + 1 if i < 7 else -1 for i in range(15)]
     right = [2 * i + 2 if i < 7 else -1 for i in range(15)]
     trees = [tree_of_shape(rng, left, right, 4, [OP_LE], [MISSING_NONE], 1, False, t % 3)
              for t in range(6)]
     forest = build_forest(trees, n_features=4, n_outputs=3, input_dtype=np.float64)
-    assert default_of(forest, AVX512) == "mask" and default_of(forest, AVX2) == "array"
+    assert default_of(forest, AVX512) == "mask" and default_of(forest, AVX2) == "mask"
     # At float32 the array layout's own vector walks stay the default.
     assert choose_representation(forest, None, "float32", "cpu",
                                  frozenset(AVX512.enabled())) == "array"

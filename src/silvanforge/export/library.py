@@ -56,6 +56,7 @@ from ..plan import Plan
 from ..plan.plan import MAX_JOBS, checked_jobs
 from ..representations import REGISTRY
 from ..representations import contribs
+from ..representations.pair import layouts
 from ..version import __version__
 
 # The metadata's layout; the loader refuses others (silvanforge.export.loader).
@@ -118,9 +119,11 @@ class Kernels:
         if self.lowered is not None:
             return self.lowered
         out = []
-        for schedule in self.plan.schedules:
+        walks = layouts(self.representation, len(self.plan.schedules))
+        for layout, schedule in zip(walks, self.plan.schedules):
             fn = mir_lower(self.plan.forest, schedule)
-            out.append((fn, lir_lower.lower(fn, self.plan.forest, self.representation)))
+            out.append((fn, lir_lower.lower(fn, self.plan.forest, layout,
+                                            self.representation.params)))
         return out
 
 

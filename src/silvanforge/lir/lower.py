@@ -773,8 +773,11 @@ def check_walks(fn: mir.Function, forest: Forest, rep: Representation) -> None:
                f" in the {rep.name!r} layout" + (f" with tiles of {tiles}" if tiles > 1 else ""))
 
 
-def lower(fn: mir.Function, forest: Forest, rep: Representation) -> ir.Kernel:
-    """The LIR kernel of a legalized MIR function, walking trees through ``rep``."""
+def lower(fn: mir.Function, forest: Forest, rep: Representation,
+          model_params: list[ir.Buffer] | None = None) -> ir.Kernel:
+    """The LIR kernel of a legalized MIR function, walking trees through ``rep``; its
+    model buffers are ``model_params`` when given (a plan of two layouts: both
+    layouts' buffers, :mod:`~silvanforge.representations.pair`), else ``rep``'s."""
     check_walks(fn, forest, rep)
     rows = ir.Buffer("rows", _INPUT_DTYPES[forest.input_dtype], readonly=True)
     n_rows = ir.Var("n_rows", ir.I64)
@@ -795,7 +798,8 @@ def lower(fn: mir.Function, forest: Forest, rep: Representation) -> ir.Kernel:
     # Rows are finished in parallel when the kernel has threads to spare.
     body += epilogue(forest, data_params[0], n_rows, finish,
                      n_threads if _parallel(fn.body) else None)
-    params = [rows, n_rows, *data_params, n_threads, finish, tree_output, *rep.params]
+    params = [rows, n_rows, *data_params, n_threads, finish, tree_output,
+              *(rep.params if model_params is None else model_params)]
     return ir.Kernel(fn.name, params, body)
 
 

@@ -106,6 +106,14 @@ class Representation(ABC):
         one, where it pays for its compile time (None: the default kernel serves them)."""
         return named("small_batch", forest.n_trees)
 
+    @classmethod
+    def small_batch_layout(cls, forest: Forest, precision: str,
+                           cpu_features: frozenset[str]) -> str | None:
+        """Another layout's name when a few rows are faster walked through it (the plan
+        then has two layouts: docs/ARCHITECTURE.md "Two layouts in one plan"); None:
+        this one walks every batch."""
+        return None
+
     def __init__(self, forest: Forest, precision: str = "float64") -> None:
         self.forest = forest
         self.precision = precision

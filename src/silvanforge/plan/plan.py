@@ -52,7 +52,8 @@ def checked_jobs(value: Any, source: str = "n_jobs",
 # apart): a file's plan is checked before anything is built from it.
 _SAVED_TYPES: dict[str, Any] = {
     "target": str, "precision": str, "schedule": str, "cpu": (str, type(None)),
-    "small_schedule": (str, type(None)), "small_batch": int, "sized_threads": bool,
+    "small_schedule": (str, type(None)), "small_representation": (str, type(None)),
+    "small_batch": int, "sized_threads": bool,
     "rows_per_thread": int, "tile_size": int, "tiling": str, "outputs": list}
 
 # Outputs beyond value and margin whose kernels a plan may ask to build at once (they
@@ -83,7 +84,9 @@ class Plan:
     target, the LLVM CPU name code is built for ("native": this machine's).
     ``representation`` and ``precision``: the layout of the trees and the type their
     thresholds compare in. ``schedule``: the loop nest; ``small_schedule`` (when set)
-    is built too and serves batches of up to ``small_batch`` rows. ``n_jobs``: threads
+    is built too and serves batches of up to ``small_batch`` rows, walking the layout
+    ``small_representation`` when set (two layouts in one plan), else
+    ``representation``. ``n_jobs``: threads
     for parallel loops; with ``sized_threads`` a call uses at most one thread per
     ``rows_per_thread`` rows (the schedule is SilvanForge's: its row blocks run in
     parallel). ``tile_size`` > 1 walks tiles of that many nodes, tiled ``tiling``
@@ -102,6 +105,7 @@ class Plan:
     cpu: str | None = None
     small_schedule: Schedule | None = None
     small_batch: int = 0
+    small_representation: str | None = None
     sized_threads: bool = False
     rows_per_thread: int = 1
     tile_size: int = 1
@@ -147,6 +151,10 @@ class Plan:
         # A saved plan is a file's word: its thread count reaches OpenMP as it is.
         values["n_jobs"] = checked_jobs(values.get("n_jobs", 1), "the plan's n_jobs",
                                         ModelFormatError)
+        second = values.get("small_representation")
+        if second is not None and (second not in REGISTRY or not values.get("small_schedule")):
+            raise ModelFormatError(f"the plan's small_representation {second!r:.40} is not "
+                                   "a representation with a small_schedule")
         small = values.get("small_schedule")
         # Batches of up to small_batch rows run the small-batch kernel, which only a
         # small schedule gives (fuzz/: predict raised a raw AttributeError without one).
@@ -194,6 +202,7 @@ class Plan:
         if self.outputs:
             lines.append(f"kernels built at once for outputs: {', '.join(self.outputs)}")
         if self.small_schedule:
-            lines += [f"batches of up to {self.small_batch} rows:"] + [
+            layout = f", as {self.small_representation}" if self.small_representation else ""
+            lines += [f"batches of up to {self.small_batch} rows{layout}:"] + [
                 f"  {line}" for line in str(self.small_schedule).splitlines()]
         return "\n".join(lines)

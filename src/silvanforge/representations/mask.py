@@ -77,9 +77,20 @@ class MaskRepresentation(SparseRepresentation):
     @classmethod
     def suits(cls, forest: Forest, precision: str, cpu_features: frozenset[str]) -> bool:
         # Trees of up to MAX_DEFAULT_LANES - 1 splits, each tested with one vector
-        # operation, beat their branches where the CPU has AVX-512.
-        return "avx512f" in cpu_features and 0 < stride(forest) <= MAX_DEFAULT_LANES \
-            and one_compare(forest, precision)
+        # operation, beat their branches where the CPU has AVX-512; with AVX2 only,
+        # blocks of rows as lanes do (a few rows are code's: small_batch_layout).
+        if not (0 < stride(forest) <= MAX_DEFAULT_LANES and one_compare(forest, precision)):
+            return False
+        return "avx512f" in cpu_features or (
+            "avx2" in cpu_features and vector_ready(forest, precision))
+
+    @classmethod
+    def small_batch_layout(cls, forest: Forest, precision: str,
+                           cpu_features: frozenset[str]) -> str | None:
+        # Without AVX-512 a row's splits as lanes pack their tests into bits with
+        # several instructions a vector: 1.3-2.6x code's time for up to 8 rows
+        # (docs/ARCHITECTURE.md "Two layouts in one plan").
+        return None if "avx512f" in cpu_features else "code"
 
     @classmethod
     def default_schedule(cls, forest: Forest, precision: str,

@@ -31,8 +31,12 @@ class TableRepresentation(Representation):
 
     Subclasses build their layout in ``__init__`` with :meth:`_add` and implement the
     walking methods; node handles index the node tables directly, and
-    :meth:`_leaf_slot` maps a leaf handle to its row of the leaf tables.
+    :meth:`_leaf_slot` maps a leaf handle to its row of the leaf tables. Buffers are
+    named ``prefix`` + field (a plan's second layout sets its own prefix, so the two
+    layouts' buffers never share a name: :mod:`.pair`).
     """
+
+    prefix = PREFIX
 
     def __init__(self, forest: Forest, precision: str = "float64") -> None:
         super().__init__(forest, precision)
@@ -51,11 +55,11 @@ class TableRepresentation(Representation):
         for field, array in arrays.items():
             array = np.ascontiguousarray(array)
             array.flags.writeable = False
-            self._types.setdefault(PREFIX + field, array.dtype)
-            self._arrays[PREFIX + field] = array
+            self._types.setdefault(self.prefix + field, array.dtype)
+            self._arrays[self.prefix + field] = array
             if trees is not None and field not in INDIRECT:
                 starts, slots = trees
-                self._parts[PREFIX + field] = starts * (array.size // max(slots, 1))
+                self._parts[self.prefix + field] = starts * (array.size // max(slots, 1))
 
     def _add_later(self, types: dict[str, np.dtype],
                    fill: Callable[[], list[tuple[dict[str, np.ndarray],
@@ -65,7 +69,7 @@ class TableRepresentation(Representation):
         forest's tables can fill while its kernels build (a compile asks for them then:
         0.39 s of a 10,000-tree model's 0.8 s compile; docs/ARCHITECTURE.md "Loading big
         models")."""
-        self._types.update({PREFIX + field: np.dtype(t) for field, t in types.items()})
+        self._types.update({self.prefix + field: np.dtype(t) for field, t in types.items()})
         self._later = fill
 
     def _filled(self) -> None:
@@ -90,17 +94,17 @@ class TableRepresentation(Representation):
 
     @property
     def params(self) -> list[ir.Buffer]:
-        return [self._buffer(name[len(PREFIX):]) for name in self._types]
+        return [self._buffer(name[len(self.prefix):]) for name in self._types]
 
     def _buffer(self, field: str) -> ir.Buffer:
-        return ir.Buffer(PREFIX + field, _LIR_TYPES[self._types[PREFIX + field]],
+        return ir.Buffer(self.prefix + field, _LIR_TYPES[self._types[self.prefix + field]],
                          readonly=True)
 
     def _load(self, field: str, index: ir.Expr) -> ir.Expr:
         return ir.Load(self._buffer(field), index)
 
     def _has(self, field: str) -> bool:
-        return PREFIX + field in self._types
+        return self.prefix + field in self._types
 
     # ---- shared tree operations ----------------------------------------------------------
     def step(self, tree: ir.Expr, node: ir.Expr, feature_value: FeatureLoader) -> ir.Expr:

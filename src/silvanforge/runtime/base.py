@@ -3,6 +3,7 @@ its model buffers; the forest's shape; and the transforms a kernel leaves to num
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -14,6 +15,7 @@ from ..model.forest import Forest
 from ..plan import Plan
 from ..reference import shaped
 from ..representations import REGISTRY
+from ..representations.pair import LayoutPair, renamed
 from ..representations.tiled import TILED
 
 
@@ -28,7 +30,12 @@ def build_representation(plan: Plan) -> Any:
     """The representation ``plan`` names for its forest; with tiles of more than one
     node, its tiled form over the plan's tiling (default: uniform). Vector walks need
     trees of one depth: a layout with vector walks then pads every tree to the
-    deepest's (other layouts are refused by the walks themselves)."""
+    deepest's (other layouts are refused by the walks themselves). A plan of two
+    layouts gets both, as a :class:`~silvanforge.representations.pair.LayoutPair`."""
+    if plan.small_representation is not None:
+        small = renamed(REGISTRY[plan.small_representation])(plan.forest, plan.precision)
+        return LayoutPair(build_representation(replace(plan, small_representation=None)),
+                          small)
     forest, name = plan.forest, plan.representation
     if plan.tile_size == 1 and plan.node_tile is None:
         cls = REGISTRY[name]

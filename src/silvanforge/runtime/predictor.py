@@ -43,8 +43,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..backends.cpu import (CompiledKernel, RowsLayout, Target, compile_kernels,
-                            predict_method, quick_predict, start_workers)
+from ..backends.cpu import (CompiledKernel, RowsLayout, Target, compile_kernel,
+                            compile_kernels, predict_method, quick_predict, start_workers)
 from ..errors import BackendError, InputError, ModelFormatError, SilvanForgeError
 from ..export import Exported, Kernels, write_library
 from ..hir import print_plan
@@ -60,6 +60,7 @@ from ..plan.plan import MAX_JOBS, checked_jobs
 from ..plan.planner import SMALL_BATCH, cpu_target, rows_per_thread
 from ..reference import check_output
 from ..representations import REGISTRY
+from ..representations.pair import layouts
 from ..schedule import Schedule
 from . import fork, gc_pause, guard
 from .contribs import Contributions
@@ -68,8 +69,12 @@ from .base import ForestShape, build_representation, model_arrays, transformed
 # 2: kernels finish their rows (a ``finish`` argument). 3: a kernel's code may be several
 # object files. 4: the plan (schedules, layout, threads, CPU) replaces the options.
 # 5: a SHA-256 digest of the other members (``digest``). Older archives load with their
-# code rebuilt: they have no digest, so their code is never run.
-FORMAT_VERSION = 5
+# code rebuilt: they have no digest, so their code is never run. 6: the plan may have
+# two layouts (``small_representation``); a plan of one is still written as format 5,
+# which the versions before read as theirs (they refuse 6: their kernels would not take
+# the second layout's buffers).
+FORMAT_VERSION = 6
+ONE_LAYOUT_FORMAT = 5
 DUMP_LEVELS = ("plan", "hir", "mir", "lir", "llvm")
 # What ``predict`` computes (reference.check_output's message names them).
 OUTPUTS = ("value", "margin", "leaf", "contribs")
@@ -88,10 +93,11 @@ class _Kernel:
     """One schedule's compiled code: MIR, LIR and machine code."""
 
     def __init__(self, forest: Forest, representation: Any, schedule: Schedule,
-                 object_code: tuple[bytes, ...] | None, target: Target | None) -> None:
+                 object_code: tuple[bytes, ...] | None, target: Target | None,
+                 model_params: list | None = None) -> None:
         self.schedule = schedule
         self.mir = mir_lower(forest, schedule)
-        self.lir = lir_lower.lower(self.mir, forest, representation)
+        self.lir = lir_lower.lower(self.mir, forest, representation, model_params)
         self.has_scratch = len(self.mir.buffers) > 1
         self.code = None
         if object_code is not None and target is not None:
@@ -122,9 +128,16 @@ def _compiled(kernels: list[_Kernel], plan: Plan, model_args: Callable[[], list[
     if todo:
         guard.check(f"{len(todo)} kernel(s) of a {plan.representation} plan")
     layout = REGISTRY[plan.representation]
-    codes = compile_kernels([k.lir for k in todo], opt=layout.llvm_opt,
-                            target=cpu_target(plan.cpu), fast_isel=layout.llvm_fast_isel,
-                            meanwhile=model_args) if todo else []
+    target = cpu_target(plan.cpu)
+    if plan.small_representation is None:
+        codes = compile_kernels([k.lir for k in todo], opt=layout.llvm_opt, target=target,
+                                fast_isel=layout.llvm_fast_isel,
+                                meanwhile=model_args) if todo else []
+    else:  # each kernel at its own layout's level (code's small kernel: its quick build)
+        codes = [compile_kernel(k.lir, opt=REGISTRY[name].llvm_opt, target=target,
+                                fast_isel=REGISTRY[name].llvm_fast_isel)
+                 for k, name in zip(kernels, (plan.representation, plan.small_representation))
+                 if k.code is None]
     args = model_args()
     for kernel in kernels:
         kernel.bind(args, codes.pop(0) if kernel.code is None else None)
@@ -174,8 +187,10 @@ class Predictor(ForestShape):
         codes = list(object_code) + [None] * (len(plan.schedules) - len(object_code))
         with gc_pause.paused():  # lowering builds many objects (even when loading)
             start = time.perf_counter()
-            kernels = [_Kernel(forest, self.representation, schedule, code, built_for)
-                       for schedule, code in zip(plan.schedules, codes)]
+            walks = layouts(self.representation, len(plan.schedules))
+            kernels = [_Kernel(forest, layout, schedule, code, built_for,
+                               self.representation.params)
+                       for layout, schedule, code in zip(walks, plan.schedules, codes)]
             lowered = time.perf_counter()
             log.info("lower to MIR and LIR: %d kernel(s) (%.2f s)", len(kernels),
                      lowered - start)
@@ -403,7 +418,8 @@ class Predictor(ForestShape):
         the plan and the machine code, with a SHA-256 digest of every other member."""
         arrays, meta = serialize.to_arrays(self.forest)
         t = self.kernel.target
-        header = {"format": FORMAT_VERSION, "forest": meta, "plan": self.plan.to_json(),
+        header = {"format": FORMAT_VERSION if self.plan.small_representation
+                  else ONE_LAYOUT_FORMAT, "forest": meta, "plan": self.plan.to_json(),
                   "target": [t.triple, t.cpu, t.features]}
         members = {f"forest_{k}": v for k, v in arrays.items()}
         members["header"] = serialize.dumps_meta(header)
@@ -439,7 +455,8 @@ class Predictor(ForestShape):
             # JSON's true is Python's 1 in a range: only an int names a format.
             if type(fmt) is not int or fmt not in range(1, FORMAT_VERSION + 1):
                 raise ModelFormatError(f"predictor format {fmt!r} is not {FORMAT_VERSION}")
-            if fmt == FORMAT_VERSION and not has_digest:
+            current = fmt >= ONE_LAYOUT_FORMAT
+            if current and not has_digest:
                 raise ModelFormatError("the archive has no digest")
             arrays = {k[len("forest_"):]: v for k, v in archive.items()
                       if k.startswith("forest_")}
@@ -454,7 +471,7 @@ class Predictor(ForestShape):
             leaf_codes = tuple(_object_files(archive, i, "leaf_")
                                for i in range(len(plan.schedules)))
             leaf_codes = leaf_codes if all(leaf_codes) else ()
-            if fmt != FORMAT_VERSION:
+            if not current:
                 # Older formats have no digest, and their kernels' signatures may differ.
                 warnings.warn(f"predictor saved in format {fmt} (an older SilvanForge): "
                               "recompiling its kernels", stacklevel=3)

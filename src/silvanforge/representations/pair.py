@@ -1,0 +1,55 @@
+"""Two layouts in one plan: the main kernel walks one, the small-batch kernel the other.
+
+A layout that wins for blocks of rows may lose for a few (masks on AVX2: rows as the
+lanes of vectors beat code from 16 rows, a row's splits as lanes lose to it below;
+docs/ARCHITECTURE.md "Two layouts in one plan"). The plan then names both
+(``representation``, ``small_representation``), and :class:`LayoutPair` holds both
+layouts of the forest. The second's buffers are renamed (:data:`SECOND_PREFIX`), and
+every kernel takes the buffers of both, the main layout's first: each kernel binds the
+same model arguments, so a predictor, its saved form and its exported library treat a
+pair as one layout whose kernels walk different tables.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..lir import ir
+
+# The small-batch layout's buffers are "model_small_<field>" (the main one's "model_").
+SECOND_PREFIX = "model_small_"
+
+
+def renamed(cls: type) -> type:
+    """``cls`` with its buffers named after :data:`SECOND_PREFIX` (a table layout)."""
+    return type(cls.__name__, (cls,), {"prefix": SECOND_PREFIX})
+
+
+class LayoutPair:
+    """The main kernel's layout and the small-batch kernel's, as one set of buffers."""
+
+    def __init__(self, main: Any, small: Any) -> None:
+        self.main, self.small = main, small
+        self.name = main.name
+
+    def layouts(self, kernels: int) -> list[Any]:
+        """The layout each of the plan's ``kernels`` kernels walks (main, then small)."""
+        return [self.main, self.small][:kernels]
+
+    @property
+    def buffers(self) -> dict[str, np.ndarray]:
+        return {**self.main.buffers, **self.small.buffers}
+
+    @property
+    def params(self) -> list[ir.Buffer]:
+        return self.main.params + self.small.params
+
+
+def layouts(representation: Any, kernels: int) -> list[Any]:
+    """The layout each of ``kernels`` kernels walks: a pair's own, else
+    ``representation`` for all."""
+    if isinstance(representation, LayoutPair):
+        return representation.layouts(kernels)
+    return [representation] * kernels
