@@ -356,7 +356,8 @@ def test_on_avx2_masks_walk_blocks_of_rows_and_code_a_few_rows():
     data = predictor.to_bytes()
     with pytest.MonkeyPatch.context() as patch:
         forbid_compiling(patch)
-        for again in (silvanforge.Predictor.from_bytes(data), pickle.loads(pickle.dumps(predictor))):
+        for again in (silvanforge.Predictor.from_bytes(data),
+                      pickle.loads(pickle.dumps(predictor))):
             assert again.plan == plan
             for n in (3, 9, 120):
                 np.testing.assert_array_equal(again.predict(rows[:n], output="margin"),

@@ -152,7 +152,8 @@ class Plan:
         values["n_jobs"] = checked_jobs(values.get("n_jobs", 1), "the plan's n_jobs",
                                         ModelFormatError)
         second = values.get("small_representation")
-        if second is not None and (second not in REGISTRY or not values.get("small_schedule")):
+        if second is not None and (second not in REGISTRY
+                                   or not values.get("small_schedule")):
             raise ModelFormatError(f"the plan's small_representation {second!r:.40} is not "
                                    "a representation with a small_schedule")
         small = values.get("small_schedule")

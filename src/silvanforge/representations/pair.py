@@ -1,8 +1,8 @@
 """Two layouts in one plan: the main kernel walks one, the small-batch kernel the other.
 
 A layout that wins for blocks of rows may lose for a few (masks on AVX2: rows as the
-lanes of vectors beat code from 16 rows, a row's splits as lanes lose to it below;
-docs/ARCHITECTURE.md "Two layouts in one plan"). The plan then names both
+lanes of vectors beat code for blocks, a row's splits as lanes lose to it for up to 8
+rows; docs/ARCHITECTURE.md "Two layouts in one plan"). The plan then names both
 (``representation``, ``small_representation``), and :class:`LayoutPair` holds both
 layouts of the forest. The second's buffers are renamed (:data:`SECOND_PREFIX`), and
 every kernel takes the buffers of both, the main layout's first: each kernel binds the

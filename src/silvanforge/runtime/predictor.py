@@ -134,10 +134,10 @@ def _compiled(kernels: list[_Kernel], plan: Plan, model_args: Callable[[], list[
                                 fast_isel=layout.llvm_fast_isel,
                                 meanwhile=model_args) if todo else []
     else:  # each kernel at its own layout's level (code's small kernel: its quick build)
+        names = (plan.representation, plan.small_representation)
         codes = [compile_kernel(k.lir, opt=REGISTRY[name].llvm_opt, target=target,
                                 fast_isel=REGISTRY[name].llvm_fast_isel)
-                 for k, name in zip(kernels, (plan.representation, plan.small_representation))
-                 if k.code is None]
+                 for k, name in zip(kernels, names) if k.code is None]
     args = model_args()
     for kernel in kernels:
         kernel.bind(args, codes.pop(0) if kernel.code is None else None)
