@@ -410,9 +410,12 @@ def test_the_default_compile_of_a_lightgbm_model_with_categorical_features():
                                rtol=1e-12, atol=1e-12)
 
 
-def test_masks_for_a_cpu_without_avx512_gather_and_stay_exact():
+@pytest.mark.parametrize("splits", [31, 63])
+def test_masks_for_a_cpu_without_avx512_gather_and_stay_exact(splits):
+    # Strides of 32 and 64 lanes (the latter's windows have 64-bit offsets, loaded a
+    # lane at a time like 32-bit ones).
     rng = np.random.default_rng(6)
-    forest = grown_forest(rng, 31, 12, [OP_LE], [MISSING_NAN, MISSING_NONE])
+    forest = grown_forest(rng, splits, 12, [OP_LE], [MISSING_NAN, MISSING_NONE])
     rows = random_rows(forest, 6, 150)
     predictor = silvanforge.compile(forest, representation="mask", cpu="x86-64-v3")
     assert "avx512" not in predictor.dump("llvm")

@@ -267,7 +267,7 @@ class _FunctionBuilder:
         return self.b.load(address, invariant=e.buffer.readonly)
 
     def gather_from(self, start: ll.Value, offsets: ll.Value, buf: ir.Buffer) -> ll.Value:
-        """One element per lane at ``start`` + the lane's 32-bit offset. Where the
+        """One element per lane at ``start`` + the lane's offset (32 or 64 bits). Where the
         target permutes (x86 with AVX2 or AVX-512), a load per lane: the lane's offset
         zero-extended (offsets index a buffer, never negative; on x86 a 32-bit register
         write clears the upper half, so the offset is the load's index register as it
@@ -280,8 +280,10 @@ class _FunctionBuilder:
         vty = ll.VectorType(element, offsets.type.count)  # type: ignore[attr-defined]
         value = ll.Value(vty, "poison")
         for lane in range(vty.count):
-            at = self.b.gep(start, [self.b.convert("zext", self.b.extract(offsets, lane),
-                                                   _I64)])
+            offset = self.b.extract(offsets, lane)
+            if offset.type != _I64:  # a lookup's offsets may be 64-bit already
+                offset = self.b.convert("zext", offset, _I64)
+            at = self.b.gep(start, [offset])
             value = self.b.insert(value, self.b.load(at, invariant=buf.readonly), lane)
         return value
 
