@@ -21,6 +21,7 @@ import pytest
 
 import silvanforge
 from silvanforge import reference
+from silvanforge.backends.cpu import Target
 from silvanforge.cli import main
 from silvanforge.errors import (BackendError, ContributionsError, InputError,
                                 UnsupportedModelError)
@@ -203,6 +204,26 @@ def test_privatized_buffers_and_small_calls(xgb_model, tmp_path):
     predictor.export(tmp_path, name="tp")
     X = _rows(6, 50, seed=4)
     _check(predictor.forest, _run_c(tmp_path, "tp", X, threads=3), X)
+
+
+def test_a_plan_of_two_layouts(tmp_path):
+    # Built for x86-64-v3 (this test's CPU must run AVX2 code), a LightGBM model walks
+    # masks for blocks and code for up to 8 rows: the library's small calls take the
+    # code kernel, its others the masks, both reading their own tables.
+    lgb = pytest.importorskip("lightgbm")
+    if not Target.named("x86-64-v3").runs_on(Target.host()):
+        pytest.skip("needs a CPU that runs x86-64-v3 code (AVX2)")
+    X = _rows(5, 600)
+    y = np.nan_to_num(X[:, 0]) * 2 + np.nan_to_num(X[:, 1]) ** 2
+    booster = lgb.train({"num_leaves": 31, "verbose": -1, "num_threads": 1},
+                        lgb.Dataset(X, y), num_boost_round=20)
+    predictor = silvanforge.compile(booster, cpu="x86-64-v3", n_jobs=2)
+    assert (predictor.plan.representation, predictor.plan.small_representation) == \
+        ("mask", "code")
+    lib = silvanforge.load_library(predictor.export(tmp_path / "two", name="two").library)
+    for n in (1, 8, 9, 300):
+        np.testing.assert_array_equal(lib.predict(X[:n]), predictor.predict(X[:n]))
+        assert_parity(lib.predict(X[:n]), booster.predict(X[:n]), "value")
 
 
 def test_cross_compiled_object_for_aarch64(xgb_model, tmp_path, capsys):
