@@ -773,6 +773,33 @@ def test_vector_lookups_gathers_and_broadcasts_read_what_numpy_reads(dtype, span
     np.testing.assert_array_equal(result[32:], values[8])
 
 
+def test_values_at_looked_up_columns_read_what_numpy_reads():
+    # A vector walk's row values: rows[1 + feature[2 + position] * 16 + lane], the
+    # features' window wider than any permute (512 slots), so on x86 with AVX2 or
+    # AVX-512 each lane's offset is computed from its feature as a scalar.
+    feature = ir.Buffer("feature", ir.I32, readonly=True)
+    positions = ir.Buffer("positions", ir.I32, readonly=True)
+    rows = ir.Buffer("rows", ir.F32, readonly=True)
+    out = ir.Buffer("out", ir.F32)
+    look = ir.Lookup(feature, ir.i64(2), ir.VectorLoad(positions, ir.i64(0), 16), 512)
+    column = ir.BinOp("add", ir.BinOp("mul", look, ir.Const(16, ir.I32)), ir.Iota(16))
+    value = ir.Load(rows, ir.BinOp("add", ir.i64(1), ir.Cast(column, ir.I64)))
+    kernel = ir.Kernel("columns", [feature, positions, rows, out],
+                       [ir.Store(out, ir.i64(0), value)])
+    for bits in (256, 512):
+        text = str(render_module(kernel, vector_bits=bits))
+        assert "masked.gather" not in text and len(re.findall(r"= load i32, ", text)) == 16
+        assert "insertelement <16 x i32>" not in text  # no vector of the features
+    rng = np.random.default_rng(3)
+    features = rng.integers(0, 28, 520).astype(np.int32)
+    at = rng.integers(0, 512, 16).astype(np.int32)
+    values = rng.standard_normal(1 + 28 * 16).astype(np.float32)
+    result = np.zeros(16, np.float32)
+    compile_kernel(kernel).function(features.ctypes.data, at.ctypes.data, values.ctypes.data,
+                                    result.ctypes.data)
+    np.testing.assert_array_equal(result, values[1 + features[2 + at] * 16 + np.arange(16)])
+
+
 @pytest.mark.parametrize("vector_bits", [0, 256, 512])
 def test_a_gather_by_32_bit_offsets_loads_a_lane_at_a_time_where_the_target_permutes(
         vector_bits):

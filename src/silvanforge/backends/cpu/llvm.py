@@ -258,6 +258,9 @@ class _FunctionBuilder:
         return self.value(e)
 
     def _e_Load(self, e: ir.Load) -> ll.Value:
+        through = self.through_lookup(e)
+        if through is not None:
+            return through
         split = self.offsets(e.buffer, e.index)
         if split is not None:
             return self.gather_from(split[0], split[1], e.buffer)
@@ -268,10 +271,8 @@ class _FunctionBuilder:
 
     def gather_from(self, start: ll.Value, offsets: ll.Value, buf: ir.Buffer) -> ll.Value:
         """One element per lane at ``start`` + the lane's offset (32 or 64 bits). Where the
-        target permutes (x86 with AVX2 or AVX-512), a load per lane: the lane's offset
-        zero-extended (offsets index a buffer, never negative; on x86 a 32-bit register
-        write clears the upper half, so the offset is the load's index register as it
-        is), which beat both ``vpgatherdps`` and LLVM's own scalarized gather, whose
+        target permutes (x86 with AVX2 or AVX-512), a load per lane (:meth:`_lane_offset`),
+        which beat both ``vpgatherdps`` and LLVM's own scalarized gather, whose
         addresses it computes as 64-bit vectors (docs/ARCHITECTURE.md "Vector walks
         across rows"). Elsewhere one gather."""
         if not self.render.vector_bits:
@@ -280,12 +281,56 @@ class _FunctionBuilder:
         vty = ll.VectorType(element, offsets.type.count)  # type: ignore[attr-defined]
         value = ll.Value(vty, "poison")
         for lane in range(vty.count):
-            offset = self.b.extract(offsets, lane)
-            if offset.type != _I64:  # a lookup's offsets may be 64-bit already
-                offset = self.b.convert("zext", offset, _I64)
-            at = self.b.gep(start, [offset])
+            at = self.b.gep(start, [self._lane_offset(offsets, lane)])
             value = self.b.insert(value, self.b.load(at, invariant=buf.readonly), lane)
         return value
+
+    def through_lookup(self, e: ir.Load) -> ll.Value | None:
+        """A vector load at ``scalar + (i64)(lookup * scale + iota)`` (a vector walk's
+        row values at a level's features) whose lookup loads a lane at a time on this
+        target: each lane's offset computed from its looked-up element as a scalar, and
+        its value loaded (the lookup's elements are not put into a vector only to be
+        taken out again: 0.88-0.90x the time on higgs and year built for x86-64-v3,
+        docs/ARCHITECTURE.md "Vector walks across rows"). Else None."""
+        index = e.index
+        if not (self.render.vector_bits and isinstance(index, ir.BinOp) and index.op == "add"):
+            return None
+        for scalar, cast in ((index.a, index.b), (index.b, index.a)):
+            if not (isinstance(cast, ir.Cast) and isinstance(cast.a, ir.BinOp)
+                    and cast.a.op == "add" and isinstance(cast.a.b, ir.Iota)):
+                continue
+            scaled = cast.a.a
+            if not (isinstance(scaled, ir.BinOp) and scaled.op == "mul"
+                    and isinstance(scaled.a, ir.Lookup) and isinstance(scaled.b, ir.Const)
+                    and scaled.a.buffer.dtype == ir.I32 and cast.a.b.dtype == ir.I32):
+                continue
+            lookup, lanes = scaled.a, cast.a.b.lanes
+            if self.permutes(lookup, lanes):
+                return None
+            start = self.address(e.buffer, scalar)
+            if isinstance(start.type, ll.VectorType):
+                return None
+            table = self.address(lookup.buffer, lookup.base)
+            positions = self.expr(lookup.offset)
+            factor = ll.Constant(_I32, int(scaled.b.value))
+            value = ll.Value(ll.VectorType(llvm_type(e.buffer.dtype), lanes), "poison")
+            for lane in range(lanes):
+                element = self.b.load(self.b.gep(table, [self._lane_offset(positions, lane)]),
+                                      invariant=lookup.buffer.readonly)
+                offset = self.b.binary("add", self.b.binary("mul", element, factor),
+                                       ll.Constant(_I32, lane))
+                at = self.b.gep(start, [self.b.convert("zext", offset, _I64)])
+                value = self.b.insert(value, self.b.load(at, invariant=e.buffer.readonly),
+                                      lane)
+            return value
+        return None
+
+    def _lane_offset(self, offsets: ll.Value, lane: int) -> ll.Value:
+        """Lane ``lane`` of ``offsets`` as a 64-bit index (zero-extended: offsets index
+        a buffer, never negative, and on x86 a 32-bit register write clears the upper
+        half, so the offset is a load's index register as it is)."""
+        offset = self.b.extract(offsets, lane)
+        return offset if offset.type == _I64 else self.b.convert("zext", offset, _I64)
 
     def gather(self, addresses: ll.Value, buf: ir.Buffer) -> ll.Value:
         """One element per lane from a vector of addresses (all lanes enabled)."""
@@ -328,11 +373,9 @@ class _FunctionBuilder:
         width = 64 if bits == 64 else 32  # of the lanes permuted; narrower ones widen
         vector_bits = self.render.vector_bits
         avx2 = vector_bits == 256
-        span = AVX2_PERMUTE_SPAN if avx2 and width == 32 else \
-            PERMUTE_SPAN * 32 // width if vector_bits == 512 else 0
-        per = vector_bits // width  # lanes a register (read only where span is not 0)
+        per = vector_bits // width  # lanes a register (read only where it permutes)
         start = self.address(e.buffer, e.base)
-        if not (span and lanes % per == 0 and e.span <= span):
+        if not self.permutes(e, lanes):
             return self.gather_from(start, offset, e.buffer)
         ity = ll.VectorType(ll.IntType(width), per)
         windows = [self.window(e.buffer, start, k, min(per, e.span - k), ity)
@@ -383,6 +426,15 @@ class _FunctionBuilder:
         if e.buffer.dtype.is_float:
             return self.b.convert("bitcast", value, ll.VectorType(element, lanes))
         return value
+
+    def permutes(self, e: ir.Lookup, lanes: int) -> bool:
+        """Whether :meth:`_e_Lookup` permutes the window of ``e`` (for ``lanes`` lanes),
+        rather than loading it a lane at a time."""
+        width = 64 if e.buffer.dtype.bits == 64 else 32  # narrower lanes widen
+        vector_bits = self.render.vector_bits
+        span = AVX2_PERMUTE_SPAN if vector_bits == 256 and width == 32 else \
+            PERMUTE_SPAN * 32 // width if vector_bits == 512 else 0
+        return bool(span) and lanes % (vector_bits // width) == 0 and e.span <= span
 
     def window(self, buf: ir.Buffer, start: ll.Value, first: int, count: int,
                ity: ll.VectorType) -> ll.Value:
