@@ -34,10 +34,6 @@ class LayoutPair:
         self.main, self.small = main, small
         self.name = main.name
 
-    def layouts(self, kernels: int) -> list[Any]:
-        """The layout each of the plan's ``kernels`` kernels walks (main, then small)."""
-        return [self.main, self.small][:kernels]
-
     @property
     def buffers(self) -> dict[str, np.ndarray]:
         return {**self.main.buffers, **self.small.buffers}
@@ -51,5 +47,5 @@ def layouts(representation: Any, kernels: int) -> list[Any]:
     """The layout each of ``kernels`` kernels walks: a pair's own, else
     ``representation`` for all."""
     if isinstance(representation, LayoutPair):
-        return representation.layouts(kernels)
+        return [representation.main, representation.small][:kernels]
     return [representation] * kernels

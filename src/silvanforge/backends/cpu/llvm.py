@@ -18,7 +18,7 @@ bounded size (:mod:`.outline`).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Callable
+from typing import Callable, Iterator
 
 from ...errors import BackendError
 from ...lir import ir
@@ -63,6 +63,15 @@ PERMUTE_SPAN = 256
 # windows of up to 32 (4 permutes, 3 selects) beat loading a lane at a time, wider ones
 # lose (same section).
 AVX2_PERMUTE_SPAN = 32
+
+
+def _offset_terms(index: ir.Expr) -> Iterator[tuple[ir.Expr, ir.Expr]]:
+    """(scalar, offsets) for an index ``scalar + (i64)offsets`` of 32-bit offsets, in
+    either order (what :meth:`_FunctionBuilder.offsets` and ``through_lookup`` read)."""
+    if isinstance(index, ir.BinOp) and index.op == "add":
+        for scalar, cast in ((index.a, index.b), (index.b, index.a)):
+            if isinstance(cast, ir.Cast) and cast.a.dtype == ir.I32:
+                yield scalar, cast.a
 
 
 def _like(vector: ll.Type, element: ll.Type) -> ll.Type:
@@ -277,13 +286,9 @@ class _FunctionBuilder:
         across rows"). Elsewhere one gather."""
         if not self.render.vector_bits:
             return self.gather(self.b.gep(start, [offsets]), buf)
-        element = llvm_type(buf.dtype)
-        vty = ll.VectorType(element, offsets.type.count)  # type: ignore[attr-defined]
-        value = ll.Value(vty, "poison")
-        for lane in range(vty.count):
-            at = self.b.gep(start, [self._lane_offset(offsets, lane)])
-            value = self.b.insert(value, self.b.load(at, invariant=buf.readonly), lane)
-        return value
+        return self._lane_loads(buf, offsets.type.count,  # type: ignore[attr-defined]
+                                lambda lane: self.b.gep(start, [self._lane_offset(offsets,
+                                                                                  lane)]))
 
     def through_lookup(self, e: ir.Load) -> ll.Value | None:
         """A vector load at ``scalar + (i64)(lookup * scale + iota)`` (a vector walk's
@@ -292,19 +297,15 @@ class _FunctionBuilder:
         its value loaded (the lookup's elements are not put into a vector only to be
         taken out again: 0.88-0.90x the time on higgs and year built for x86-64-v3,
         docs/ARCHITECTURE.md "Vector walks across rows"). Else None."""
-        index = e.index
-        if not (self.render.vector_bits and isinstance(index, ir.BinOp) and index.op == "add"):
+        if not self.render.vector_bits:
             return None
-        for scalar, cast in ((index.a, index.b), (index.b, index.a)):
-            if not (isinstance(cast, ir.Cast) and isinstance(cast.a, ir.BinOp)
-                    and cast.a.op == "add" and isinstance(cast.a.b, ir.Iota)):
-                continue
-            scaled = cast.a.a
+        for scalar, column in _offset_terms(e.index):
+            scaled = column.a if isinstance(column, ir.BinOp) and column.op == "add" \
+                and isinstance(column.b, ir.Iota) and column.b.dtype == ir.I32 else None
             if not (isinstance(scaled, ir.BinOp) and scaled.op == "mul"
-                    and isinstance(scaled.a, ir.Lookup) and isinstance(scaled.b, ir.Const)
-                    and scaled.a.buffer.dtype == ir.I32 and cast.a.b.dtype == ir.I32):
+                    and isinstance(scaled.a, ir.Lookup) and isinstance(scaled.b, ir.Const)):
                 continue
-            lookup, lanes = scaled.a, cast.a.b.lanes
+            lookup, lanes = scaled.a, column.b.lanes  # type: ignore[union-attr]
             if self.permutes(lookup, lanes):
                 return None
             start = self.address(e.buffer, scalar)
@@ -313,17 +314,23 @@ class _FunctionBuilder:
             table = self.address(lookup.buffer, lookup.base)
             positions = self.expr(lookup.offset)
             factor = ll.Constant(_I32, int(scaled.b.value))
-            value = ll.Value(ll.VectorType(llvm_type(e.buffer.dtype), lanes), "poison")
-            for lane in range(lanes):
+
+            def at(lane: int) -> ll.Value:
                 element = self.b.load(self.b.gep(table, [self._lane_offset(positions, lane)]),
                                       invariant=lookup.buffer.readonly)
                 offset = self.b.binary("add", self.b.binary("mul", element, factor),
                                        ll.Constant(_I32, lane))
-                at = self.b.gep(start, [self.b.convert("zext", offset, _I64)])
-                value = self.b.insert(value, self.b.load(at, invariant=e.buffer.readonly),
-                                      lane)
-            return value
+                return self.b.gep(start, [self.b.convert("zext", offset, _I64)])
+            return self._lane_loads(e.buffer, lanes, at)
         return None
+
+    def _lane_loads(self, buf: ir.Buffer, lanes: int,
+                    at: Callable[[int], ll.Value]) -> ll.Value:
+        """A vector of ``lanes`` elements of ``buf``, lane ``i`` loaded from ``at(i)``."""
+        value = ll.Value(ll.VectorType(llvm_type(buf.dtype), lanes), "poison")
+        for lane in range(lanes):
+            value = self.b.insert(value, self.b.load(at(lane), invariant=buf.readonly), lane)
+        return value
 
     def _lane_offset(self, offsets: ll.Value, lane: int) -> ll.Value:
         """Lane ``lane`` of ``offsets`` as a 64-bit index (zero-extended: offsets index
@@ -566,14 +573,12 @@ class _FunctionBuilder:
         """A vector index ``scalar + (i64)offsets`` of 32-bit offsets as (the scalar's
         address, the offsets): gathered from the one address by those offsets, not by
         64-bit addresses a lane. Else None."""
-        if isinstance(index, ir.BinOp) and index.op == "add":
-            for scalar, cast in ((index.a, index.b), (index.b, index.a)):
-                if isinstance(cast, ir.Cast) and cast.a.dtype == ir.I32:
-                    offsets = self.expr(cast.a)
-                    if isinstance(offsets.type, ll.VectorType):
-                        start = self.address(buf, scalar)
-                        if not isinstance(start.type, ll.VectorType):
-                            return start, offsets
+        for scalar, term in _offset_terms(index):
+            offsets = self.expr(term)
+            if isinstance(offsets.type, ll.VectorType):
+                start = self.address(buf, scalar)
+                if not isinstance(start.type, ll.VectorType):
+                    return start, offsets
         return None
 
     def address(self, buf: ir.Buffer, index: ir.Expr) -> ll.Value:
