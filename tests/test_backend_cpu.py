@@ -681,6 +681,47 @@ def test_a_repeated_math_call_is_rendered_once():
     assert result.tolist() == [4.0, 2.0]
 
 
+def test_a_stored_value_is_read_back_only_where_nothing_may_have_changed_it():
+    # out and alias are one array: a store to either may change what the other reads.
+    x = ir.Buffer("x", ir.F64, readonly=True)
+    out, alias = ir.Buffer("out", ir.F64), ir.Buffer("alias", ir.F64)
+    j = ir.Var("j", ir.I64)
+
+    def at(buf: ir.Buffer, k: int) -> ir.Load:
+        return ir.Load(buf, ir.i64(k))
+
+    def put(buf: ir.Buffer, k: int, value: ir.Expr) -> ir.Store:
+        return ir.Store(buf, ir.i64(k), value)
+
+    one, two = ir.Const(1.0, ir.F64), ir.Const(2.0, ir.F64)
+    body = [
+        # Forwarded: nothing between the store and the load (a row's sum, tree to tree).
+        put(out, 0, b("mul", at(x, 0), two)), put(out, 0, b("add", at(out, 0), at(x, 0))),
+        # A store through another buffer comes between.
+        put(out, 1, one), put(alias, 1, two), put(out, 2, at(out, 1)),
+        # A store in an arm comes between the store before the If and the load after it.
+        put(out, 3, one), ir.If(ir.Cmp("gt", at(x, 0), ir.Const(0.0, ir.F64)),
+                                [put(alias, 3, two)]), put(out, 4, at(out, 3)),
+        # A loop's body reads what its previous run stored.
+        put(out, 5, ir.Const(0.0, ir.F64)),
+        ir.For(j, ir.i64(0), ir.i64(3), ir.i64(1),
+               [put(out, 6, at(out, 5)), put(out, 5, b("add", at(out, 5), one))]),
+        ir.Declare(ir.Var("k", ir.I64), ir.i64(0)), put(out, 8, one),
+        ir.While(ir.Cmp("lt", ir.Var("k", ir.I64), ir.i64(3)),
+                 [put(out, 7, at(out, 8)), put(out, 8, b("add", at(out, 8), two)),
+                  ir.Assign(ir.Var("k", ir.I64), b("add", ir.Var("k", ir.I64), ir.i64(1)))]),
+    ]
+    kernel = ir.Kernel("forwarding", [x, out, alias], body)
+    first = str(render_module(ir.Kernel("first", [x, out], body[:2])))
+    assert first.count("load double") == 1  # x's: out[0] is read back from the store
+    compiled = compile_kernel(kernel, opt=0)  # no LLVM pass forwards anything either
+    for value in (3.0, -3.0):
+        result = np.zeros(9)
+        call(compiled, np.array([value]), result, result)
+        assert result.tolist() == [value * 3, 2.0, 2.0, 2.0 if value > 0 else 1.0, 2.0 if
+                                   value > 0 else 1.0, 3.0, 2.0, 5.0, 7.0]
+
+
 @pytest.mark.parametrize("opt", [0, 1, 3])
 def test_optimisation_levels(opt):
     k = compile_kernel(parallel_kernel(ir.i64(2)), opt=opt)

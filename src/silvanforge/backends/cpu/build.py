@@ -51,12 +51,13 @@ _FAST_ISEL = [False]  # what the option was last set to (LLVM's default: off abo
 #: pipeline (:meth:`ParallelBuild.submit`; a big kernel's outlined pieces: trees as
 #: code). The loop, inlining and module-wide passes have nothing to do there; what the
 #: trees need is their variables in registers (SROA), their expressions folded
-#: (InstCombine), a row's sum kept in a register from tree to tree (GVN: without it,
-#: small trees at 16-64 rows ran 1.1-1.25x slower) and their blocks merged
-#: (SimplifyCFG). Half the passes' CPU time, the same code speed (docs/ARCHITECTURE.md,
-#: "Compiling big kernels"). An llvmlite without one of them (0.44 lacks SROA there)
-#: runs the level's pipeline.
-STRAIGHT_PASSES = ("sroa", "instruction_combine", "new_gvn", "simplify_cfg")
+#: (InstCombine: without it, 100 x 255 leaves at 64 rows ran 1.2x slower) and their
+#: blocks merged (SimplifyCFG). A row's sum goes from tree to tree in a register
+#: because the renderer forwards stores to loads (``_s_Store``), as GVN did at a fifth
+#: of these modules' LLVM time. Half the passes' CPU time of the pipeline, the same
+#: code speed (docs/ARCHITECTURE.md, "Compiling big kernels"). An llvmlite without one
+#: of them (0.44 lacks SROA there) runs the level's pipeline.
+STRAIGHT_PASSES = ("sroa", "instruction_combine", "simplify_cfg")
 
 
 def build(text: str, triple: str, cpu: str, features: str, opt: int, pic: bool = False,

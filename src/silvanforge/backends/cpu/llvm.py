@@ -163,6 +163,10 @@ class _FunctionBuilder:
         # their text); a variable's entry is (value, whether it is the value's slot).
         self.scopes = ll.Scopes()
         self.b = ll.IRBuilder(self.start, known=self.scopes)
+        # Stores to buffers, calls and loop heads so far: a stored value is read back
+        # from its scope's ("stored", address) only while no other store, call or loop
+        # came after it (see _s_Store).
+        self.clobbers = 0
 
     def finish(self) -> None:
         self.b.ret_void()
@@ -246,6 +250,7 @@ class _FunctionBuilder:
         body.block(stmts)
         body.finish()
         self.b.call(fn, args)
+        self.clobbers += 1
         if self.render.outlined is not None:
             self.render.outlined(self.module, fn)
 
@@ -276,6 +281,10 @@ class _FunctionBuilder:
         address = self.element_address(e.buffer, e.index)
         if isinstance(address.type, ll.VectorType):
             return self.gather(address, e.buffer)
+        stored = self.scopes.get(("stored", address.ref))
+        if (stored is not None and stored[1] == self.clobbers
+                and stored[0].type == address.type.pointee):  # type: ignore[attr-defined]
+            return stored[0]
         return self.b.load(address, invariant=e.buffer.readonly)
 
     def gather_from(self, start: ll.Value, offsets: ll.Value, buf: ir.Buffer) -> ll.Value:
@@ -605,16 +614,26 @@ class _FunctionBuilder:
         self.b.store(self.expr(s.value), self.slot(s.var.name))
 
     def _s_Store(self, s: ir.Store) -> None:
+        """A store; a load of the same address in a block it dominates, with no other
+        store, call or loop head between them, reads the stored value (a row's sum
+        from tree to tree of trees as code: what LLVM's GVN did, whose pass was a fifth
+        of those modules' LLVM time; docs/ARCHITECTURE.md "Compiling big kernels")."""
         value = self.expr(s.value)
-        self.b.store(value, self.address(s.buffer, s.index), _BYTES[s.buffer.dtype]
-                     if isinstance(value.type, ll.VectorType) else 0)
+        address = self.address(s.buffer, s.index)
+        vector = isinstance(value.type, ll.VectorType)
+        self.b.store(value, address, _BYTES[s.buffer.dtype] if vector else 0)
+        self.clobbers += 1
+        if not vector and not isinstance(address.type, ll.VectorType):
+            self.scopes.set(("stored", address.ref), (value, self.clobbers))
 
     def _s_AtomicAdd(self, s: ir.AtomicAdd) -> None:
+        self.clobbers += 1
         op = "fadd" if s.buffer.dtype.is_float else "add"
         self.b.atomic_rmw(op, self.address(s.buffer, s.index), self.expr(s.value),
                           "monotonic")
 
     def _e__Claim(self, e: "_Claim") -> ll.Value:
+        self.clobbers += 1
         counter = self.address(e.counter, ir.i64(0))
         return self.b.atomic_rmw("add", counter, self.expr(e.grain), "monotonic")
 
@@ -653,6 +672,7 @@ class _FunctionBuilder:
         self.b.position_at_end(cond)
         self.b.cbranch(self.expr(s.cond), body, done)
         self.b.position_at_end(body)
+        self.clobbers += 1  # the body's stores come before its loads, from the second run
         self.block(s.body)
         self.b.branch(cond)
         self.b.position_at_end(done)
@@ -718,6 +738,7 @@ class _FunctionBuilder:
         self.b.position_at_end(cond)
         self.b.cbranch(self.b.icmp_signed("<", self.b.load(slot), stop), block, done)
         self.b.position_at_end(block)
+        self.clobbers += 1  # as in _s_While
         body()
         self.b.store(self.b.binary("add", self.b.load(slot), step), slot)
         self.b.branch(cond)
@@ -758,6 +779,7 @@ class _FunctionBuilder:
         one_iteration = self.b.icmp_signed("<=", self.b.binary("sub", stop, start), step)
         serial = self.b.binary("or", one_iteration,
                             self.b.icmp_unsigned("==", threads, ll.Constant(_I32, 1)))
+        self.clobbers += 1
         with self.b.if_else(serial) as (direct, parallel):
             with direct:
                 self.b.call(outlined, [self.b.convert("bitcast", data, _I8P)])
