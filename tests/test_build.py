@@ -132,14 +132,15 @@ def test_pieces_without_loops_get_the_straight_passes(two_cores, monkeypatch):
     submitted = []
     original = build.ParallelBuild.submit
 
-    def spy(self, text, passes=None):
+    def spy(self, text, passes=None, level=None):
         submitted.append(passes)
-        original(self, text, passes)
+        original(self, text, passes, level)
 
     monkeypatch.setattr(build.ParallelBuild, "submit", spy)
     monkeypatch.setattr(jit, "MIN_PARALLEL_INSTRUCTIONS", 1)
     monkeypatch.setattr(jit, "FIRST_MODULE_FRACTION", 1)
-    pieces = jit._Pieces(TARGET, 2, False)
+    job = build.ParallelBuild(TARGET.triple, TARGET.cpu, TARGET.features, 2)
+    pieces = jit._Pieces(job, (2, False))
     module = ll.Module("m")
     for name, loops in (("plain", False), ("looping", True)):
         fn = ll.Function(module, ll.FunctionType(ll.VoidType(), []), name)
@@ -147,7 +148,7 @@ def test_pieces_without_loops_get_the_straight_passes(two_cores, monkeypatch):
         fn.loops = loops
         pieces(module, fn)
     assert submitted == [build.STRAIGHT_PASSES, None]
-    pieces.build.finish("define void @main() { ret void }")
+    job.finish("define void @main() { ret void }")
 
 
 def test_the_renderer_marks_functions_with_loops():
@@ -284,8 +285,8 @@ def test_a_failed_render_stops_the_builds_threads(two_cores, monkeypatch):
     def failing(kernel, *, openmp, outlined, vector_bits, module=None):
         def collect(module, fn):
             outlined(module, fn)
-            if outlined.build is not None:
-                started.append(outlined.build)
+            if outlined.modules:
+                started.append(outlined.job)
                 raise BackendError("render failed")
         return original(kernel, openmp=openmp, outlined=collect)
 
@@ -378,11 +379,11 @@ def test_workers_start_before_the_lowering_and_not_for_saved_code(tmp_path):
               "build._close_workers(); build._WORKERS.clear(); build._HOME.clear()\n"
               "P.Predictor.from_bytes(saved)\n"
               "assert not build._WORKERS and not build._HOME, 'a reload started workers'\n"
-              "lower, seen = P.mir_lower, []\n"
+              "lower, seen = P.lower_schedules, []\n"
               "def spy(*args):\n"
               "    seen.append(sum(w.alive() for w in build._WORKERS + build._HOME))\n"
               "    return lower(*args)\n"
-              "P.mir_lower = spy\n"
+              "P.lower_schedules = spy\n"
               "silvanforge.compile(random_forest(1, 20, depth=5))\n"
               "print(seen[0])\n")
     done = _fresh_python(script, tmp_path)

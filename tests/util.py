@@ -90,4 +90,3 @@ def forbid_compiling(monkeypatch) -> None:
         raise AssertionError("recompiled")
 
     monkeypatch.setattr(runtime, "compile_kernels", no_compiling)
-    monkeypatch.setattr(runtime, "compile_kernel", no_compiling)  # two layouts' kernels

@@ -48,7 +48,6 @@ from ..backends.cpu.freevars import walk_stmts
 from ..backends.cpu.llvm import llvm_type
 from ..errors import BackendError, InputError, UnsupportedModelError
 from ..lir import finish as kernel_finish, ir, lower as lir_lower
-from ..mir import lower as mir_lower
 from ..model import leaf_ids
 from ..model.cover import require_contributions
 from ..model.forest import Forest
@@ -56,7 +55,7 @@ from ..plan import Plan
 from ..plan.plan import MAX_JOBS, checked_jobs
 from ..representations import REGISTRY
 from ..representations import contribs
-from ..representations.pair import layouts
+from ..representations.pair import lower_schedules
 from ..version import __version__
 
 # The metadata's layout; the loader refuses others (silvanforge.export.loader).
@@ -118,13 +117,7 @@ class Kernels:
         """The (MIR, LIR) kernels of the plan's schedules (main, then small-batch)."""
         if self.lowered is not None:
             return self.lowered
-        out = []
-        walks = layouts(self.representation, len(self.plan.schedules))
-        for layout, schedule in zip(walks, self.plan.schedules):
-            fn = mir_lower(self.plan.forest, schedule)
-            out.append((fn, lir_lower.lower(fn, self.plan.forest, layout,
-                                            self.representation.params)))
-        return out
+        return lower_schedules(self.plan.forest, self.plan.schedules, self.representation)
 
 
 def contribution_kernels(plan: Plan) -> Kernels:

@@ -12,11 +12,13 @@ pair as one layout whose kernels walk different tables.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
-from ..lir import ir
+from ..lir import ir, lower as lir_lower
+from ..mir import lower as mir_lower
+from ..model.forest import Forest
 
 # The small-batch layout's buffers are "model_small_<field>" (the main one's "model_").
 SECOND_PREFIX = "model_small_"
@@ -43,9 +45,15 @@ class LayoutPair:
         return self.main.params + self.small.params
 
 
-def layouts(representation: Any, kernels: int) -> list[Any]:
-    """The layout each of ``kernels`` kernels walks: a pair's own, else
-    ``representation`` for all."""
-    if isinstance(representation, LayoutPair):
-        return [representation.main, representation.small][:kernels]
-    return [representation] * kernels
+def lower_schedules(forest: Forest, schedules: Sequence[Any], representation: Any
+                    ) -> list[tuple[Any, ir.Kernel]]:
+    """The (MIR, LIR) kernel of each schedule (main, then small-batch), each walking
+    its own layout (a pair's main and small ones, else ``representation``) and taking
+    the buffers of all of them."""
+    walks = ([representation.main, representation.small]
+             if isinstance(representation, LayoutPair) else [representation] * 2)
+    out = []
+    for layout, schedule in zip(walks, schedules):
+        fn = mir_lower(forest, schedule)
+        out.append((fn, lir_lower.lower(fn, forest, layout, representation.params)))
+    return out

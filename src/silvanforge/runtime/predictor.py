@@ -43,14 +43,14 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..backends.cpu import (CompiledKernel, RowsLayout, Target, compile_kernel,
+from ..backends.cpu import (CompiledKernel, RowsLayout, Target,
                             compile_kernels, predict_method, quick_predict, start_workers)
 from ..errors import BackendError, InputError, ModelFormatError, SilvanForgeError
 from ..export import Exported, Kernels, write_library
 from ..hir import print_plan
 from ..lir import finish as kernel_finish, lower as lir_lower
 from ..lir.printer import print_lir
-from ..mir import lower as mir_lower, print_mir
+from ..mir import print_mir
 from ..model import leaf_ids, serialize
 from ..model.forest import Forest
 from ..model.inputs import as_rows
@@ -60,7 +60,7 @@ from ..plan.plan import MAX_JOBS, checked_jobs
 from ..plan.planner import SMALL_BATCH, cpu_target, rows_per_thread
 from ..reference import check_output
 from ..representations import REGISTRY
-from ..representations.pair import layouts
+from ..representations.pair import lower_schedules
 from ..schedule import Schedule
 from . import fork, gc_pause, guard
 from .contribs import Contributions
@@ -92,12 +92,9 @@ log = logging.getLogger(__name__)
 class _Kernel:
     """One schedule's compiled code: MIR, LIR and machine code."""
 
-    def __init__(self, forest: Forest, representation: Any, schedule: Schedule,
-                 object_code: tuple[bytes, ...] | None, target: Target | None,
-                 model_params: list | None = None) -> None:
-        self.schedule = schedule
-        self.mir = mir_lower(forest, schedule)
-        self.lir = lir_lower.lower(self.mir, forest, representation, model_params)
+    def __init__(self, forest: Forest, schedule: Schedule, mir: Any, lir: Any,
+                 object_code: tuple[bytes, ...] | None, target: Target | None) -> None:
+        self.schedule, self.mir, self.lir = schedule, mir, lir
         self.has_scratch = len(self.mir.buffers) > 1
         self.code = None
         if object_code is not None and target is not None:
@@ -120,24 +117,21 @@ class _Kernel:
 
 def _compiled(kernels: list[_Kernel], plan: Plan, model_args: Callable[[], list[int]]
               ) -> None:
-    """Compile the kernels that were not reloaded, together (the small-batch kernel by
-    a worker while this process builds the main one), and bind every kernel to the
-    model buffers ``model_args()`` gives (asked for while the workers build: the
-    representation may fill its tables only then)."""
+    """Compile the kernels that were not reloaded, in one parallel build
+    (:func:`compile_kernels`), and bind every kernel to the model buffers
+    ``model_args()`` gives (asked for while the workers build: the representation may
+    fill its tables only then)."""
     todo = [k for k in kernels if k.code is None]
     if todo:
         guard.check(f"{len(todo)} kernel(s) of a {plan.representation} plan")
-    layout = REGISTRY[plan.representation]
-    target = cpu_target(plan.cpu)
-    if plan.small_representation is None:
-        codes = compile_kernels([k.lir for k in todo], opt=layout.llvm_opt, target=target,
-                                fast_isel=layout.llvm_fast_isel,
-                                meanwhile=model_args) if todo else []
-    else:  # each kernel at its own layout's level (code's small kernel: its quick build)
-        names = (plan.representation, plan.small_representation)
-        codes = [compile_kernel(k.lir, opt=REGISTRY[name].llvm_opt, target=target,
-                                fast_isel=REGISTRY[name].llvm_fast_isel)
-                 for k, name in zip(kernels, names) if k.code is None]
+    # Each kernel at its own layout's level (a pair's small kernel as code: its quick
+    # build), all in one parallel build.
+    names = [plan.representation] + [plan.small_representation or plan.representation
+                                      ] * (len(kernels) - 1)
+    levels = [(REGISTRY[name].llvm_opt, REGISTRY[name].llvm_fast_isel)
+              for k, name in zip(kernels, names) if k.code is None]
+    codes = compile_kernels([k.lir for k in todo], target=cpu_target(plan.cpu),
+                            levels=levels, meanwhile=model_args) if todo else []
     args = model_args()
     for kernel in kernels:
         kernel.bind(args, codes.pop(0) if kernel.code is None else None)
@@ -187,10 +181,10 @@ class Predictor(ForestShape):
         codes = list(object_code) + [None] * (len(plan.schedules) - len(object_code))
         with gc_pause.paused():  # lowering builds many objects (even when loading)
             start = time.perf_counter()
-            walks = layouts(self.representation, len(plan.schedules))
-            kernels = [_Kernel(forest, layout, schedule, code, built_for,
-                               self.representation.params)
-                       for layout, schedule, code in zip(walks, plan.schedules, codes)]
+            kernels = [_Kernel(forest, schedule, mir, lir, code, built_for)
+                       for schedule, (mir, lir), code in zip(
+                           plan.schedules, lower_schedules(forest, plan.schedules,
+                                                           self.representation), codes)]
             lowered = time.perf_counter()
             log.info("lower to MIR and LIR: %d kernel(s) (%.2f s)", len(kernels),
                      lowered - start)

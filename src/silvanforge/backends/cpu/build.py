@@ -187,10 +187,15 @@ class ParallelBuild:
         for thread in self.workers:
             thread.start()
 
-    def submit(self, text: str, passes: Sequence[str] | None = None) -> None:
+    def submit(self, text: str, passes: Sequence[str] | None = None,
+               level: tuple[int, bool] | None = None) -> None:
         """Build ``text`` (with ``passes`` instead of the level's pipeline: see
-        :func:`build_object`)."""
-        job = _Job(text, self.target + (passes,))
+        :func:`build_object`; at ``level``, (opt, fast_isel), instead of this build's:
+        the kernels of a plan of two layouts)."""
+        target = self.target
+        if level is not None:
+            target = target[:3] + (level[0],) + target[4:6] + (level[1],)
+        job = _Job(text, target + (passes,))
         self.jobs.append(job)
         self.pending.put(job)
 

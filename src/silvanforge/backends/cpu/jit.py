@@ -50,7 +50,8 @@ def compile_kernel(kernel: ir.Kernel, *, opt: int = 2, target: Target | None = N
     """Compile ``kernel`` for ``target`` (default: the host CPU) at LLVM optimisation
     level ``opt`` (0-3), with LLVM's fast instruction selector where ``fast_isel``.
     Code for a target that does not run here is built, and can be saved, but not called
-    (:class:`CompiledKernel`).
+    (:class:`CompiledKernel`). A big kernel's pieces build in parallel
+    (:func:`compile_kernels`).
 
     Parallel loops call the OpenMP runtime; without one they run serially (one warning).
 
@@ -65,29 +66,7 @@ def compile_kernel(kernel: ir.Kernel, *, opt: int = 2, target: Target | None = N
     >>> a
     array([0., 2., 4.])
     """
-    target = target or Target.host()
-    pieces = _Pieces(target, opt, fast_isel) if build.cores() > 1 else None
-    try:
-        module = render_kernel(kernel, target, pieces)
-    except BaseException:
-        if pieces is not None and pieces.build is not None:
-            pieces.build.abandon()  # its threads stop; what they built is dropped
-        raise
-    instructions = _instructions(module) + (pieces.submitted if pieces else 0)
-    try:
-        if pieces is None or pieces.build is None:
-            built = [build.build(str(module), target.triple, target.cpu,
-                                 target.features, opt, fast_isel=fast_isel)]
-        else:
-            modules = len(pieces.build.jobs) + 1
-            seconds = instructions * LLVM_S_PER_INSTRUCTION / min(build.cores(), modules)
-            with _progress(f"LLVM build of {kernel.name}", seconds, modules) as bar:
-                built = pieces.build.finish(str(module), bar.update)
-    except build.BuildError as exc:
-        raise BackendError(f"kernel {kernel.name}: invalid LLVM IR: {exc}") from None
-    _log_sizes(kernel.name, instructions, built)
-    return CompiledKernel(tuple(obj for obj, _ in built), target, kernel.name,
-                          kernel.params, llvm_ir="\n".join(text for _, text in built))
+    return compile_kernels([kernel], opt=opt, target=target, fast_isel=fast_isel)[0]
 
 
 def _instructions(module: ll.Module) -> int:
@@ -123,77 +102,108 @@ def render_kernel(kernel: ir.Kernel, target: Target, pieces: "_Pieces | None" = 
 
 def compile_kernels(kernels: Sequence[ir.Kernel], *, opt: int = 2,
                     target: Target | None = None, fast_isel: bool = False,
+                    levels: Sequence[tuple[int, bool]] | None = None,
                     meanwhile: Callable[[], object] | None = None
                     ) -> list["CompiledKernel"]:
-    """Compile several kernels for ``target`` (default: the host CPU) at level ``opt``
-    (and ``fast_isel``, as :func:`compile_kernel`):
-    each after the first is built by a
-    worker process while this one builds the first (a predictor's main and small-batch
-    kernels), where the machine has more than one core; one kernel is
-    :func:`compile_kernel`'s (its own pieces in parallel). ``meanwhile`` (work of the
-    caller's that needs no code) runs while the workers build, or first where there
-    are none.
+    """Compile several kernels for ``target`` (default: the host CPU), each at level
+    ``opt`` with ``fast_isel`` (as :func:`compile_kernel`), or at its own ``levels``
+    entry, (opt, fast_isel) (a plan of two layouts).
+
+    Where the machine has more than one core, every module goes to one parallel build
+    (:class:`.build.ParallelBuild`) as soon as it is rendered: each big kernel's pieces
+    (:class:`_Pieces`), and each kernel's main module but the last's, which the home
+    worker builds once every kernel is rendered. ``meanwhile`` (work of the caller's
+    that needs no code) runs while that last module builds, or first where there are
+    no workers.
 
     >>> ks = [ir.Kernel(name, [], []) for name in ("a", "b")]
     >>> [k.name for k in compile_kernels(ks)]
     ['a', 'b']
     """
-    if len(kernels) < 2 or build.cores() < 2:
-        if meanwhile is not None:
-            meanwhile()
-        return [compile_kernel(k, opt=opt, target=target, fast_isel=fast_isel)
-                for k in kernels]
     target = target or Target.host()
-    rendered = [render_kernel(kernel, target) for kernel in kernels]
-    sizes = [_instructions(module) for module in rendered]
-    modules = [str(module) for module in rendered]
-    job = build.ParallelBuild(target.triple, target.cpu, target.features, opt, fast_isel)
-    for text in modules[1:]:
-        job.submit(text)
+    levels = list(levels) if levels is not None else [(opt, fast_isel)] * len(kernels)
+    names = ", ".join(k.name for k in kernels)
     try:
-        # Each kernel is built on its own core: the biggest sets the time.
-        seconds = max(sizes) * LLVM_S_PER_INSTRUCTION
-        with _progress("LLVM build of " + ", ".join(k.name for k in kernels), seconds,
-                       len(kernels)) as bar:
-            built = job.finish(modules[0], bar.update, meanwhile)
+        if build.cores() > 1:
+            built, sizes = _parallel(kernels, levels, target, names, meanwhile)
+        else:
+            if meanwhile is not None:
+                meanwhile()
+            modules = [render_kernel(k, target) for k in kernels]
+            sizes = [_instructions(module) for module in modules]
+            built = [[build.build(str(module), target.triple, target.cpu, target.features,
+                                  o, fast_isel=f)] for module, (o, f) in zip(modules, levels)]
     except build.BuildError as exc:
-        raise BackendError(f"kernels {', '.join(k.name for k in kernels)}: invalid LLVM "
-                           f"IR: {exc}") from None
-    for kernel, size, one in zip(kernels, sizes, built):
-        _log_sizes(kernel.name, size, [one])
-    return [CompiledKernel((obj,), target, k.name, k.params, llvm_ir=text)
-            for k, (obj, text) in zip(kernels, built)]
+        raise BackendError(f"kernel(s) {names}: invalid LLVM IR: {exc}") from None
+    for kernel, size, objects in zip(kernels, sizes, built):
+        _log_sizes(kernel.name, size, objects)
+    return [CompiledKernel(tuple(obj for obj, _ in objects), target, k.name, k.params,
+                           llvm_ir="\n".join(text for _, text in objects))
+            for k, objects in zip(kernels, built)]
+
+
+def _parallel(kernels: Sequence[ir.Kernel], levels: list[tuple[int, bool]], target: Target,
+              names: str, meanwhile: Callable[[], object] | None
+              ) -> tuple[list[list[tuple[bytes, str]]], list[int]]:
+    """:func:`compile_kernels` on several cores: (each kernel's (object, optimised IR)
+    pairs, its main module's first; each kernel's LLVM instructions)."""
+    job = build.ParallelBuild(target.triple, target.cpu, target.features, *levels[-1])
+    owners: list[int] = []  # the kernel of each submitted module, in order
+    mains: dict[int, int] = {}  # kernel → the position of its submitted main module
+    sizes: list[int] = []
+    try:
+        for k, (kernel, level) in enumerate(zip(kernels, levels)):
+            pieces = _Pieces(job, level)
+            module = render_kernel(kernel, target, pieces)
+            owners += [k] * pieces.modules
+            sizes.append(_instructions(module) + pieces.submitted)
+            if k < len(kernels) - 1:
+                mains[k] = len(owners)
+                owners.append(k)
+                job.submit(str(module), level=level)
+    except BaseException:
+        job.abandon()  # its threads stop; what they built is dropped
+        raise
+    modules = len(owners) + 1
+    seconds = sum(sizes) * LLVM_S_PER_INSTRUCTION / min(build.cores(), modules)
+    with _progress(f"LLVM build of {names}", seconds, modules) as bar:
+        last, *submitted = job.finish(str(module), bar.update, meanwhile)
+    built: list[list[tuple[bytes, str]]] = [[] for _ in kernels]
+    for position, (owner, one) in enumerate(zip(owners, submitted)):
+        if mains.get(owner) == position:
+            built[owner].insert(0, one)
+        else:
+            built[owner].append(one)
+    built[-1].insert(0, last)
+    return built, sizes
 
 
 class _Pieces:
     """Collects a kernel's outlined functions into modules of at least
-    :data:`MIN_PARALLEL_INSTRUCTIONS` (the first, a :data:`FIRST_MODULE_FRACTION` of
-    it), each sent to a parallel build when full (built with
+    :data:`MIN_PARALLEL_INSTRUCTIONS` (the build's first, a :data:`FIRST_MODULE_FRACTION`
+    of it), each sent to the parallel build ``job`` at ``level`` when full (built with
     :data:`.build.STRAIGHT_PASSES` where none of its functions holds a loop). The last
     batch stays in the main module, under its pipeline: sent on its own, it slowed
     the code of small trees (docs/ARCHITECTURE.md, "Compiling big kernels")."""
 
-    def __init__(self, target: Target, opt: int, fast_isel: bool) -> None:
-        self.target, self.opt, self.fast_isel = target, opt, fast_isel
+    def __init__(self, job: build.ParallelBuild, level: tuple[int, bool]) -> None:
+        self.job, self.level = job, level
         self.batch: list[ll.Function] = []
         self.instructions = 0
         self.submitted = 0  # instructions sent to the parallel build
-        self.build: build.ParallelBuild | None = None
+        self.modules = 0  # modules sent
 
     def __call__(self, module: ll.Module, fn: ll.Function) -> None:
         self.batch.append(fn)
         self.instructions += fn.instructions
-        first = FIRST_MODULE_FRACTION if self.build is None else 1
+        first = FIRST_MODULE_FRACTION if not self.job.jobs else 1
         if self.instructions < MIN_PARALLEL_INSTRUCTIONS // first:
             return
-        if self.build is None:
-            t = self.target
-            self.build = build.ParallelBuild(t.triple, t.cpu, t.features, self.opt,
-                                             self.fast_isel)
         loops = any(f.loops for f in self.batch)
-        self.build.submit(module.detach(self.batch),
-                          None if loops else build.STRAIGHT_PASSES)
+        self.job.submit(module.detach(self.batch),
+                        None if loops else build.STRAIGHT_PASSES, self.level)
         self.submitted += self.instructions
+        self.modules += 1
         self.batch, self.instructions = [], 0
 
 

@@ -80,6 +80,12 @@ def _like(vector: ll.Type, element: ll.Type) -> ll.Type:
             else element)
 
 
+def _lane_width(buf: ir.Buffer) -> int:
+    """The bits of a lane a lookup in ``buf`` permutes: 64 or 32 (narrower fields
+    widen)."""
+    return 64 if buf.dtype.bits == 64 else 32
+
+
 def _suffix(ty: ll.Type, dtype: ir.DType) -> str:
     """An overloaded intrinsic's type suffix: ``f32``, ``v16f32``."""
     return f"v{ty.count}{dtype.name}" if isinstance(ty, ll.VectorType) else dtype.name
@@ -385,8 +391,7 @@ class _FunctionBuilder:
         elements of 32 bits or fewer, with one-table permutes. Other lookups gather."""
         offset = self.expr(e.offset)
         lanes = offset.type.count  # type: ignore[attr-defined]
-        bits = e.buffer.dtype.bits
-        width = 64 if bits == 64 else 32  # of the lanes permuted; narrower ones widen
+        width = _lane_width(e.buffer)
         vector_bits = self.render.vector_bits
         avx2 = vector_bits == 256
         per = vector_bits // width  # lanes a register (read only where it permutes)
@@ -437,7 +442,7 @@ class _FunctionBuilder:
         if value.type.count > lanes:  # type: ignore[attr-defined]
             value = self.b.shuffle(value, value, range(lanes))
         element = llvm_type(e.buffer.dtype)
-        if bits != width:
+        if e.buffer.dtype.bits != width:
             return self.b.convert("trunc", value, ll.VectorType(element, lanes))
         if e.buffer.dtype.is_float:
             return self.b.convert("bitcast", value, ll.VectorType(element, lanes))
@@ -446,7 +451,7 @@ class _FunctionBuilder:
     def permutes(self, e: ir.Lookup, lanes: int) -> bool:
         """Whether :meth:`_e_Lookup` permutes the window of ``e`` (for ``lanes`` lanes),
         rather than loading it a lane at a time."""
-        width = 64 if e.buffer.dtype.bits == 64 else 32  # narrower lanes widen
+        width = _lane_width(e.buffer)
         vector_bits = self.render.vector_bits
         span = AVX2_PERMUTE_SPAN if vector_bits == 256 and width == 32 else \
             PERMUTE_SPAN * 32 // width if vector_bits == 512 else 0
