@@ -23,7 +23,7 @@ from silvanforge.model.forest import (MISSING_NAN, MISSING_NONE, MISSING_ZERO, O
 from silvanforge.representations.mask import (MaskRepresentation, _ranks, one_compare,
                                                vector_ready)
 from silvanforge.plan.planner import choose_representation, make_plan
-from silvanforge.representations import decision
+from silvanforge.representations import decision, mask
 from silvanforge.schedule import named
 
 from test_representations import random_rows, tree_of_shape
@@ -331,9 +331,10 @@ def test_masks_are_the_default_for_small_skewed_trees_on_avx512():
 
 def test_on_avx2_masks_walk_blocks_of_rows_and_code_a_few_rows():
     # Built for x86-64-v3 (this test's CPU must run AVX2 code): the default plan of a
-    # forest whose rows walk masks as lanes has two layouts, code for up to 8 rows.
-    # Every batch size on both sides of that bound matches the reference, reloaded
-    # and pickled predictors reuse both kernels, and a named layout is one layout.
+    # forest whose rows walk masks as lanes has two layouts, code for up to a group of
+    # 16 rows (a small forest's; 8 in a big one's). Every batch size on both sides of
+    # that bound matches the reference, reloaded and pickled predictors reuse both
+    # kernels, and a named layout is one layout.
     if not Target.named("x86-64-v3").runs_on(Target.host()):
         pytest.skip("needs a CPU that runs x86-64-v3 code (AVX2)")
     rng = np.random.default_rng(8)
@@ -343,14 +344,18 @@ def test_on_avx2_masks_walk_blocks_of_rows_and_code_a_few_rows():
     predictor = silvanforge.compile(forest, cpu="x86-64-v3")
     plan = predictor.plan
     assert (plan.representation, plan.small_representation, plan.small_batch) == \
-        ("mask", "code", 8)
+        ("mask", "code", mask.GROUP_ROWS)
     assert plan.schedule.vectorized and not plan.small_schedule.vectorized
-    assert "batches of up to 8 rows, as code:" in str(plan)
+    assert "batches of up to 16 rows, as code:" in str(plan)
+    big = build_forest([grown_tree(rng, 25, 6, [OP_LE], [MISSING_NAN]) for _ in range(
+        mask.GROUP_CODE_SPLITS // 20)], n_features=6, n_outputs=1)
+    assert int((~big.is_leaf).sum()) > mask.GROUP_CODE_SPLITS
+    assert make_plan(big, cpu="x86-64-v3").small_batch == 8
     buffers = [p.name for p in predictor.kernel.params]
     assert any(b.startswith("model_mask_") for b in buffers)
     assert any(b.startswith("model_small_") for b in buffers)
     expected = reference.predict(forest, rows, output="margin")
-    for n in [*range(1, 12), 16, 17, 70, 120]:
+    for n in [*range(1, 12), 15, 16, 17, 70, 120]:
         np.testing.assert_array_equal(predictor.predict(rows[:n], output="margin"),
                                       expected[:n], err_msg=f"{n} rows")
     data = predictor.to_bytes()
@@ -359,7 +364,7 @@ def test_on_avx2_masks_walk_blocks_of_rows_and_code_a_few_rows():
         for again in (silvanforge.Predictor.from_bytes(data),
                       pickle.loads(pickle.dumps(predictor))):
             assert again.plan == plan
-            for n in (3, 9, 120):
+            for n in (3, 9, 17, 120):
                 np.testing.assert_array_equal(again.predict(rows[:n], output="margin"),
                                               expected[:n])
     for name in ("mask", "code"):

@@ -207,15 +207,16 @@ def make_plan(forest: Forest, target: str = "cpu", schedule: Any = None,
     small = REGISTRY[rep].small_batch_schedule(forest, chosen_precision, features) \
         if schedule is None else None
     # A layout chosen here may leave a few rows to another (two layouts in one plan).
-    second = REGISTRY[rep].small_batch_layout(forest, chosen_precision, features) \
+    pair = REGISTRY[rep].small_batch_layout(forest, chosen_precision, features) \
         if given is None and representation is None and layout.representation is None \
         and layout.tile_size == 1 else None
+    second, rows = pair or (None, None)
     if second is not None:
         small = REGISTRY[second].small_batch_schedule(forest, chosen_precision, features) \
             or REGISTRY[second].default_schedule(forest, chosen_precision, features)
     return Plan(forest=forest, target=target, cpu=cpu, representation=rep,
                 precision=chosen_precision, schedule=chosen, n_jobs=jobs,
-                small_schedule=small, small_batch=SMALL_BATCH if small else 0,
+                small_schedule=small, small_batch=(rows or SMALL_BATCH) if small else 0,
                 small_representation=second,
                 sized_threads=schedule is None, rows_per_thread=rows_per_thread(forest),
                 tile_size=layout.tile_size, tiling=layout.tiling,

@@ -55,6 +55,13 @@ from .sparse import SparseRepresentation
 
 # The widest tree stride: 64 lanes hold 63 internal nodes and their 64 leaves.
 MAX_LANES = 64
+# Rows as lanes walk groups of this many rows (two registers of 8 on AVX2). A group
+# costs ~50-90 ns a tree whatever its rows, and code a row 2.7-3.3 ns a tree in forests
+# of ~3000 split nodes (so code wins up to 17-33 rows), but 4.4 at 9000 (14 rows) and
+# 8.6 in mtpl2's 30,000 (6): with at most GROUP_CODE_SPLITS, a plan of masks and code
+# gives code a group's rows (docs/ARCHITECTURE.md "Two layouts in one plan").
+GROUP_ROWS = 16
+GROUP_CODE_SPLITS = 4000
 # The planner picks masks for strides up to this many lanes (trees of up to 31 splits,
 # LightGBM's default 31 leaves); wider strides stay code (docs/ARCHITECTURE.md "Default
 # choices": a quarter to a half slower than code at one row).
@@ -86,11 +93,16 @@ class MaskRepresentation(SparseRepresentation):
 
     @classmethod
     def small_batch_layout(cls, forest: Forest, precision: str,
-                           cpu_features: frozenset[str]) -> str | None:
+                           cpu_features: frozenset[str]) -> tuple[str, int | None] | None:
         # Without AVX-512 a row's splits as lanes pack their tests into bits with
         # several instructions a vector: 1.3-2.6x code's time for up to 8 rows
-        # (docs/ARCHITECTURE.md "Two layouts in one plan").
-        return None if "avx512f" in cpu_features else "code"
+        # (docs/ARCHITECTURE.md "Two layouts in one plan"). Blocks of rows pay a whole
+        # group of GROUP_ROWS lanes, which code beats up to a group's rows in forests
+        # of at most GROUP_CODE_SPLITS split nodes.
+        if "avx512f" in cpu_features:
+            return None
+        return "code", GROUP_ROWS if int(_splits(forest).sum()) <= GROUP_CODE_SPLITS \
+            else None
 
     @classmethod
     def default_schedule(cls, forest: Forest, precision: str,
