@@ -127,16 +127,20 @@ def test_thread_shares_cover_every_row(forest, n_jobs):
 
 
 @pytest.mark.parametrize("n_outputs", [1, 3])
-def test_few_rows_take_the_short_path_with_the_same_results(n_outputs, monkeypatch):
+@pytest.mark.parametrize("representation", [None, "code"])
+def test_few_rows_take_the_short_path_with_the_same_results(n_outputs, representation,
+                                                           monkeypatch):
     # predict's first lines send a few rows with the default output and a valid n_jobs
-    # to the small kernel as they are; rows its entry refuses (big-endian, strided) and every
-    # other call take the general path, with the same results or errors.
+    # to the small kernel as they are (to the main one in a plan without one, as code's);
+    # rows its entry refuses (big-endian, strided) and every other call take the
+    # general path, with the same results or errors.
     trees = [stump(feature=k % 3, threshold=0.1 * k, values=(k, -k), output=k % n_outputs)
              for k in range(1, 12)]
     forest = forest_of(*trees, n_features=3, n_outputs=n_outputs, base_score=0.5,
                        post_transform="softmax" if n_outputs > 1 else "sigmoid")
-    predictor = silvanforge.compile(forest)
-    assert predictor._few
+    predictor = silvanforge.compile(forest, representation=representation)
+    assert predictor._few and predictor._quick is not None
+    assert (predictor._small is None) == (representation == "code")
     calls = spy_on_kernels(predictor, monkeypatch)
     rng = np.random.default_rng(4)
     for n in (1, 2, 8):
@@ -353,7 +357,7 @@ def spy_on_kernels(predictor, monkeypatch) -> list:
     the Python method (test_quick_predict tests the builtin)."""
     monkeypatch.setattr(predictor, "_quick", None)
     calls = []
-    for kernel in (predictor._main, predictor._small):
+    for kernel in (k for k in (predictor._main, predictor._small) if k is not None):
         def spy(rows, *args, call=kernel.call):
             calls.append((rows, call(rows, *args)))
             return calls[-1][1]

@@ -205,15 +205,20 @@ class Predictor(ForestShape):
         self._flat = forest.flat_output and forest.n_outputs == 1
         # predict's first lines: a few rows and the default output, straight to the small
         # kernel (one thread, whatever n_jobs says once it is valid) when the kernel
-        # finishes the values itself (no numpy step).
+        # finishes the values itself (no numpy step). A plan without one sends up to
+        # SMALL_BATCH rows to its main kernel so, where its threads are sized to the call
+        # (one thread for so few rows on the general path too).
         value = self._finish.get("value")
-        self._few = self._small is not None and not self._small.has_scratch and \
+        few = self._small if self._small is not None else \
+            self._main if self._rows_per_thread else None
+        self._few_kernel, self._few_rows = few, self._small_batch or SMALL_BATCH
+        self._few = few is not None and not few.has_scratch and \
             value is not None and value != _SCORE
         self._few_finish = value
         self._few_width = None if self._flat else forest.n_outputs
         # Those first lines as machine code, which the class's predict calls first (see
         # the end of this module).
-        self._quick = quick_predict(self._small.call, _zeros, self._small_batch, value,
+        self._quick = quick_predict(few.call, _zeros, self._few_rows, value,
                                     self._model_arrays, self._few_width) if self._few else None
         self._leaf: Predictor | None = None
         if leaf_code or "leaf" in plan.outputs:
@@ -267,10 +272,10 @@ class Predictor(ForestShape):
         if type(X) is _NDARRAY and output is _VALUE and self._few and X.ndim == 2 and (
                 n_jobs is None or type(n_jobs) is int and 0 < n_jobs <= MAX_JOBS):
             n = len(X)
-            if 0 < n <= self._small_batch:
+            if 0 < n <= self._few_rows:
                 width = self._few_width
                 result = _zeros(n) if width is None else _zeros((n, width))
-                if self._small.call(X, n, result, 1, self._few_finish):
+                if self._few_kernel.call(X, n, result, 1, self._few_finish):
                     return result
         if type(X) is not np.ndarray:
             by_block = blockwise(X, self.forest, lambda part: self.predict(part, output, n_jobs))
