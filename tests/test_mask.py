@@ -318,11 +318,19 @@ def test_masks_are_the_default_for_small_skewed_trees_on_avx512():
     assert vector_ready(numeric, "float64") and default_of(numeric, AVX2) == "mask"
     assert default_of(categorical, AVX512) == "mask"
     assert default_of(large_sets, AVX512) == "code"
-    # Trees of 32-63 splits take strides of 64 lanes, slower than code.
+    # Trees of 32-63 splits take strides of 64 lanes: blocks of rows as masks on
+    # AVX-512 (with code for a few rows: test_trees_of_up_to_63_splits_...), code on
+    # AVX2 and where rows do not walk as lanes (a row's splits as lanes: slower).
     wide = build_forest([grown_tree(rng, 40, 5, [OP_LE], [MISSING_NONE]) for _ in range(3)],
                         n_features=5, n_outputs=1)
     assert MaskRepresentation(wide).lanes == 64 and one_compare(wide, "float64")
-    assert default_of(wide, AVX512) == "code"
+    assert vector_ready(wide, "float64") and default_of(wide, AVX512) == "mask"
+    assert default_of(wide, AVX2) == "code"
+    wide_sets = build_forest([grown_tree(rng, 40, 5, [OP_LE, OP_CAT], [MISSING_NAN],
+                                         categories=np.array([3, 62, 70, 100]))
+                              for _ in range(3)], n_features=5, n_outputs=1)
+    assert not vector_ready(wide_sets, "float64")
+    assert default_of(wide_sets, AVX512) == "code"
     # GPU targets never get it, and refuse it when named.
     assert default_of(numeric, AVX512, device="gpu") == "sparse"
     with pytest.raises(InputError, match="runs on cpu targets only"):
@@ -344,12 +352,13 @@ def test_on_avx2_masks_walk_blocks_of_rows_and_code_a_few_rows():
     predictor = silvanforge.compile(forest, cpu="x86-64-v3")
     plan = predictor.plan
     assert (plan.representation, plan.small_representation, plan.small_batch) == \
-        ("mask", "code", mask.GROUP_ROWS)
+        ("mask", "code", 16)
     assert plan.schedule.vectorized and not plan.small_schedule.vectorized
     assert "batches of up to 16 rows, as code:" in str(plan)
+    (most, _), = mask.CODE_ROWS[32]
     big = build_forest([grown_tree(rng, 25, 6, [OP_LE], [MISSING_NAN]) for _ in range(
-        mask.GROUP_CODE_SPLITS // 20)], n_features=6, n_outputs=1)
-    assert int((~big.is_leaf).sum()) > mask.GROUP_CODE_SPLITS
+        most // 20)], n_features=6, n_outputs=1)
+    assert int((~big.is_leaf).sum()) > most
     assert make_plan(big, cpu="x86-64-v3").small_batch == 8
     buffers = [p.name for p in predictor.kernel.params]
     assert any(b.startswith("model_mask_") for b in buffers)
@@ -371,6 +380,32 @@ def test_on_avx2_masks_walk_blocks_of_rows_and_code_a_few_rows():
         assert silvanforge.compile(forest, representation=name, cpu="x86-64-v3",
                                    n_jobs=1).plan.small_representation is None
     assert make_plan(forest, cpu="x86-64-v4").small_representation is None
+
+
+def test_trees_of_up_to_63_splits_walk_blocks_of_rows_as_masks_on_avx512():
+    # Where rows walk 64-lane masks as lanes, the default plan on AVX-512 is masks for
+    # blocks and code for up to CODE_ROWS[64]'s rows; on AVX2 such forests stay code.
+    rng = np.random.default_rng(12)
+    forest = build_forest([grown_tree(rng, 50, 6, [OP_LE], [MISSING_NAN, MISSING_NONE])
+                           for _ in range(10)], n_features=6, n_outputs=1)
+    assert mask.stride(forest) == 64 and vector_ready(forest, "float32")
+    assert make_plan(forest, cpu="x86-64-v3").representation == "code"
+    if "avx512f" not in Target.host().enabled():
+        pytest.skip("needs a CPU with AVX-512 (this one builds the code plan above only)")
+    predictor = silvanforge.compile(forest)
+    plan = predictor.plan
+    assert (plan.representation, plan.small_representation, plan.small_batch) == \
+        ("mask", "code", 48)
+    assert plan.schedule.vectorized
+    rows = random_rows(forest, 13, 200)
+    expected = reference.predict(forest, rows, output="margin")
+    for n in (1, 7, 8, 9, 31, 32, 33, 48, 49, 64, 65, 200):
+        np.testing.assert_array_equal(predictor.predict(rows[:n], output="margin"),
+                                      expected[:n], err_msg=f"{n} rows")
+        np.testing.assert_array_equal(predictor.predict(rows[:n]), expected[:n])
+    big = build_forest([grown_tree(rng, 50, 6, [OP_LE], [MISSING_NAN])
+                        for _ in range(200)], n_features=6, n_outputs=1)
+    assert make_plan(big).small_batch == 16
 
 
 def test_the_default_compile_of_a_lightgbm_model_with_missing_values():

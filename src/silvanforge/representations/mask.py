@@ -55,16 +55,22 @@ from .sparse import SparseRepresentation
 
 # The widest tree stride: 64 lanes hold 63 internal nodes and their 64 leaves.
 MAX_LANES = 64
-# Rows as lanes walk groups of this many rows (two registers of 8 on AVX2). A group
-# costs ~50-90 ns a tree whatever its rows, and code a row 2.7-3.3 ns a tree in forests
-# of ~3000 split nodes (so code wins up to 17-33 rows), but 4.4 at 9000 (14 rows) and
-# 8.6 in mtpl2's 30,000 (6): with at most GROUP_CODE_SPLITS, a plan of masks and code
-# gives code a group's rows (docs/ARCHITECTURE.md "Two layouts in one plan").
-GROUP_ROWS = 16
-GROUP_CODE_SPLITS = 4000
+# Rows as lanes walk groups of 16 rows (two registers of 8 on AVX2), and a group costs
+# the same whatever its rows: code beats it up to a number of rows that falls as the
+# forest's code grows (a row's cost a tree grows past the caches). A plan of masks and
+# code gives code, by stride (16 as 32), the rows of the first (most split nodes,
+# rows) that the forest fits, else SMALL_BATCH's 8. Stride 32 (AVX2): a group costs 50-90 ns a tree,
+# code 2.7-3.3 ns a row-tree in forests of ~3000 split nodes (code wins up to 17-33
+# rows), 4.4 at 9000 (14), 8.6 in mtpl2's 30,000 (6). Stride 64 (AVX-512): 100 x 63
+# leaves (6200 splits) cross at ~32 rows, and code beats a block's four groups (which
+# 33-64 rows walk) up to ~50; 300 x 63 at ~14 (docs/ARCHITECTURE.md "Two layouts in
+# one plan").
+CODE_ROWS = {32: ((4000, 16),), 64: ((8000, 48), (40_000, 16))}
 # The planner picks masks for strides up to this many lanes (trees of up to 31 splits,
-# LightGBM's default 31 leaves); wider strides stay code (docs/ARCHITECTURE.md "Default
-# choices": a quarter to a half slower than code at one row).
+# LightGBM's default 31 leaves) on their own; wider strides are code's, or masks for
+# blocks of rows with code for a few rows where rows walk as lanes on AVX-512
+# (docs/ARCHITECTURE.md "Default choices": masks' splits as lanes a quarter to a half
+# slower than code at one row).
 MAX_DEFAULT_LANES = 32
 
 
@@ -85,9 +91,14 @@ class MaskRepresentation(SparseRepresentation):
     def suits(cls, forest: Forest, precision: str, cpu_features: frozenset[str]) -> bool:
         # Trees of up to MAX_DEFAULT_LANES - 1 splits, each tested with one vector
         # operation, beat their branches where the CPU has AVX-512; with AVX2 only,
-        # blocks of rows as lanes do (a few rows are code's: small_batch_layout).
-        if not (0 < stride(forest) <= MAX_DEFAULT_LANES and one_compare(forest, precision)):
+        # blocks of rows as lanes do (a few rows are code's: small_batch_layout). Trees
+        # of up to 63 splits: blocks of rows as lanes, on AVX-512 (0.65-0.92x code's
+        # time from 64 rows; 1.2-1.6x on AVX2).
+        lanes = stride(forest)
+        if not (lanes and one_compare(forest, precision)):
             return False
+        if lanes > MAX_DEFAULT_LANES:
+            return "avx512f" in cpu_features and vector_ready(forest, precision)
         return "avx512f" in cpu_features or (
             "avx2" in cpu_features and vector_ready(forest, precision))
 
@@ -95,14 +106,15 @@ class MaskRepresentation(SparseRepresentation):
     def small_batch_layout(cls, forest: Forest, precision: str,
                            cpu_features: frozenset[str]) -> tuple[str, int | None] | None:
         # Without AVX-512 a row's splits as lanes pack their tests into bits with
-        # several instructions a vector: 1.3-2.6x code's time for up to 8 rows
-        # (docs/ARCHITECTURE.md "Two layouts in one plan"). Blocks of rows pay a whole
-        # group of GROUP_ROWS lanes, which code beats up to a group's rows in forests
-        # of at most GROUP_CODE_SPLITS split nodes.
-        if "avx512f" in cpu_features:
+        # several instructions a vector: 1.3-2.6x code's time for up to 8 rows; with
+        # it, 64 lanes take 1.2-1.5x (docs/ARCHITECTURE.md "Two layouts in one plan").
+        # Blocks of rows pay whole groups of 16 rows, which code beats up to CODE_ROWS.
+        lanes = stride(forest)
+        if "avx512f" in cpu_features and lanes <= MAX_DEFAULT_LANES:
             return None
-        return "code", GROUP_ROWS if int(_splits(forest).sum()) <= GROUP_CODE_SPLITS \
-            else None
+        splits = int(_splits(forest).sum())
+        return "code", next((rows for most, rows in CODE_ROWS[max(lanes, 32)]
+                             if splits <= most), None)
 
     @classmethod
     def default_schedule(cls, forest: Forest, precision: str,
