@@ -710,16 +710,22 @@ def test_a_stored_value_is_read_back_only_where_nothing_may_have_changed_it():
         ir.While(ir.Cmp("lt", ir.Var("k", ir.I64), ir.i64(3)),
                  [put(out, 7, at(out, 8)), put(out, 8, b("add", at(out, 8), two)),
                   ir.Assign(ir.Var("k", ir.I64), b("add", ir.Var("k", ir.I64), ir.i64(1)))]),
+        # A loop's test reads what its body stored (a bound keeps a wrong one finite).
+        put(out, 9, ir.Const(0.0, ir.F64)), ir.Assign(ir.Var("k", ir.I64), ir.i64(0)),
+        ir.While(b("and", ir.Cmp("lt", at(out, 9), ir.Const(3.0, ir.F64)),
+                   ir.Cmp("lt", ir.Var("k", ir.I64), ir.i64(10))),
+                 [put(out, 9, b("add", at(out, 9), one)),
+                  ir.Assign(ir.Var("k", ir.I64), b("add", ir.Var("k", ir.I64), ir.i64(1)))]),
     ]
     kernel = ir.Kernel("forwarding", [x, out, alias], body)
     first = str(render_module(ir.Kernel("first", [x, out], body[:2])))
     assert first.count("load double") == 1  # x's: out[0] is read back from the store
     compiled = compile_kernel(kernel, opt=0)  # no LLVM pass forwards anything either
     for value in (3.0, -3.0):
-        result = np.zeros(9)
+        result = np.zeros(10)
         call(compiled, np.array([value]), result, result)
         assert result.tolist() == [value * 3, 2.0, 2.0, 2.0 if value > 0 else 1.0, 2.0 if
-                                   value > 0 else 1.0, 3.0, 2.0, 5.0, 7.0]
+                                   value > 0 else 1.0, 3.0, 2.0, 5.0, 7.0, 3.0]
 
 
 @pytest.mark.parametrize("opt", [0, 1, 3])

@@ -675,9 +675,11 @@ class _FunctionBuilder:
         done = self.fn.append_basic_block("while.end")
         self.b.branch(cond)
         self.b.position_at_end(cond)
+        # The body's stores come before the test's and the body's loads from the
+        # second run on: nothing stored before the loop is read back inside it.
+        self.clobbers += 1
         self.b.cbranch(self.expr(s.cond), body, done)
         self.b.position_at_end(body)
-        self.clobbers += 1  # the body's stores come before its loads, from the second run
         self.block(s.body)
         self.b.branch(cond)
         self.b.position_at_end(done)
