@@ -396,7 +396,9 @@ def go_left(spec: DecisionSpec, loads: NodeLoads, feature_value: FeatureLoader) 
     >>> go_left(spec, NodeLoads(feature=f, threshold=t), lambda i: row_value(i))  # doctest: +SKIP
     """
     F = spec.compare
-    x = feature_value(ir.Cast(loads.feature, ir.I64))
+    feature = loads.feature  # a constant one (trees as code) is an i64 already
+    x = feature_value(feature if type(feature) is ir.Const and feature.dtype == ir.I64
+                      else ir.Cast(feature, ir.I64))
     if x.dtype != F:
         x = ir.Cast(x, F)
     multi_op = len(spec.ops) > 1
