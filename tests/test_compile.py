@@ -216,7 +216,10 @@ def test_default_schedule_sizes_threads_to_the_batch(forest, monkeypatch, repres
         assert rows > runtime.MIN_ROWS_PER_THREAD
     predictor = silvanforge.compile(forest, n_jobs=2, representation=representation)
     assert runtime.rows_per_thread(forest) == rows
-    # The default schedule has no scratch buffers: the thread count is argument 3.
+    # The default schedule has no scratch buffers: the thread count is argument 3. (The
+    # quick builtin, which the spy does not see, runs calls of one thread's rows:
+    # test_quick_predict.)
+    monkeypatch.setattr(predictor, "_quick", None)
     calls = []
     real = predictor._main.call
     monkeypatch.setattr(predictor._main, "call",
@@ -417,8 +420,8 @@ def test_quick_predict(forest):
     assert str(inspect.signature(quick)) == "(X, output='value', n_jobs=None)"
     assert inspect.getdoc(Predictor._predict) in quick.__doc__
     rng = np.random.default_rng(11)
-    small = predictor.plan.small_batch
-    for n in (1, 2, small, small + 1, 300):
+    small, solo = predictor.plan.small_batch, 2 * predictor.plan.rows_per_thread - 1
+    for n in (1, 2, small, small + 1, solo, solo + 1):
         X = rng.normal(size=(n, 3)).astype(np.float32)
         X[0, 0] = np.nan
         for rows in (X, X.astype(np.float64), X.astype(">f4"), np.asfortranarray(X),
@@ -437,8 +440,8 @@ def test_quick_predict(forest):
                          ((X, "value"), {"output": "value"}), ((X, "value", 1), {"n_jobs": 1})):
         with pytest.raises(TypeError):
             quick(*args, **kwargs)
-    # The calls predict's first lines take run the quick builtin alone; the others, the
-    # Python method.
+    # The calls predict's first lines take, and those of a few blocks of rows, run the
+    # quick builtin alone; the others, the Python method.
     X = rng.normal(size=(3, 3)).astype(np.float32)
     taken = []
 
@@ -454,7 +457,10 @@ def test_quick_predict(forest):
                 ((X, "margin"), {}, True), ((X,), {"n_jobs": True}, True),
                 ((X,), {"n_jobs": 0}, True), ((X,), {"n_jobs": MAX_JOBS + 1}, True),
                 ((X,), {"n_jobs": 2**70}, True), ((X,), {"n_jobs": 1.0}, True),
-                ((X.tolist(),), {}, True), ((X, "".join(["val", "ue"])), {}, True)):
+                ((X.tolist(),), {}, True), ((X, "".join(["val", "ue"])), {}, True),
+                # Rows the main kernel runs on one thread, then on two.
+                ((np.resize(X, (solo, 3)),), {}, False),
+                ((np.resize(X, (solo + 1, 3)),), {}, True)):
             taken.clear()
             try:
                 got = quick(*args, **kwargs)

@@ -335,18 +335,24 @@ def kernel_entry(params: Sequence[ir.Buffer | ir.Var], function: Callable, addre
 
 
 def quick_predict(entry: Callable, zeros: Callable, max_rows: int, finish: int,
-                  keep: Any, width: int | None = None) -> Callable | None:
+                  keep: Any, width: int | None = None,
+                  more: tuple[Callable, int] | None = None) -> Callable | None:
     """A builtin ``quick(X)`` that runs a predictor's common call itself: for ``X`` an
     ndarray of 2 dimensions and 1 to ``max_rows`` rows, ``result = zeros(n)`` (or
     ``zeros((n, width))``), then ``entry(X, n, result, 1, finish)`` (a
     :func:`kernel_entry` builtin checking the rest), and ``result`` when the entry ran;
-    NotImplemented for anything else (the caller's general path takes it). None where
-    ``entry`` is not a builtin (the ctypes fallback). ``keep`` lives as long as the
-    builtin; the builtin holds no predictor (:func:`predict_method` finds it on one).
+    with ``more``, (another entry, its most rows), the same through that entry for
+    more rows than ``max_rows``, up to its own; NotImplemented for anything else (the
+    caller's general path takes it). None where an entry is not a builtin (the ctypes
+    fallback). ``keep`` lives as long as the builtin; the builtin holds no predictor
+    (:func:`predict_method` finds it on one).
     """
     offsets = _layout()
-    if offsets is None or not isinstance(getattr(entry, "__self__", None), tuple):
+    entries = [entry] + ([more[0]] if more is not None else [])
+    if offsets is None or not all(isinstance(getattr(e, "__self__", None), tuple)
+                                  for e in entries):
         return None
+    top = max_rows if more is None else more[1]
     module = lir.Module("quick")
     fn = lir.Function(module, lir.FunctionType(_PTR, [_PTR, _PTR.as_pointer(), _I64]),
                       "entry")
@@ -365,8 +371,8 @@ def quick_predict(entry: Callable, zeros: Callable, max_rows: int, finish: int,
     check(builder.icmp_signed("==", out.field(rows, offsets.nd, i32), i32(2)))
     n = builder.load(builder.bitcast(out.field(rows, offsets.dimensions),
                                      _I64.as_pointer()))
-    # 1 <= n <= max_rows as one unsigned compare: n - 1 < max_rows.
-    check(builder.icmp_unsigned("<", builder.sub(n, _I64(1)), _I64(max_rows)))
+    # 1 <= n <= top as one unsigned compare: n - 1 < top.
+    check(builder.icmp_unsigned("<", builder.sub(n, _I64(1)), _I64(top)))
     count = _call(builder, _function("PyLong_FromSsize_t"), _PTR, [n])
     out.fail_if_null(count)
     shape = count
@@ -384,8 +390,14 @@ def quick_predict(entry: Callable, zeros: Callable, max_rows: int, finish: int,
     out.fail_if_null(result, count)
     for i, value in enumerate((rows, count, result, out.obj(1), out.obj(finish))):
         builder.store(value, builder.gep(argv, [_I64(i)]))
-    ran = _call(builder, entry.__self__[0].meth, _PTR,
-                [out.obj(entry.__self__), argv, _I64(5)])
+    address, this = _I64(entry.__self__[0].meth), out.obj(entry.__self__)
+    if more is not None:  # the first entry up to max_rows, else the second
+        few = builder.icmp_unsigned("<=", n, _I64(max_rows))
+        address = builder.select(few, address, _I64(more[0].__self__[0].meth))
+        this = builder.select(few, this, out.obj(more[0].__self__))
+    callee = builder.inttoptr(address, lir.FunctionType(
+        _PTR, [_PTR, _PTR.as_pointer(), _I64]).as_pointer())
+    ran = builder.call(callee, [this, argv, _I64(5)])
     out.release(count)
     out.fail_if_null(ran, result)
     out.release(ran)
@@ -393,7 +405,7 @@ def quick_predict(entry: Callable, zeros: Callable, max_rows: int, finish: int,
     builder.ret(result)
     builder.position_at_end(other)
     out.give(NotImplemented)
-    return _builtin(module, (entry, zeros, finish, width, keep), b"quick")
+    return _builtin(module, (*entries, zeros, finish, width, keep), b"quick")
 
 
 def predict_method(owner: type, max_jobs: int, doc: str) -> Any | None:
