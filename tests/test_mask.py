@@ -355,7 +355,7 @@ def test_on_avx2_masks_walk_blocks_of_rows_and_code_a_few_rows():
         ("mask", "code", 16)
     assert plan.schedule.vectorized and not plan.small_schedule.vectorized
     assert "batches of up to 16 rows, as code:" in str(plan)
-    (most, _), = mask.CODE_ROWS[32]
+    (most, _), _ = mask.CODE_ROWS["avx2", 32]
     big = build_forest([grown_tree(rng, 25, 6, [OP_LE], [MISSING_NAN]) for _ in range(
         most // 20)], n_features=6, n_outputs=1)
     assert int((~big.is_leaf).sum()) > most
@@ -379,7 +379,16 @@ def test_on_avx2_masks_walk_blocks_of_rows_and_code_a_few_rows():
     for name in ("mask", "code"):
         assert silvanforge.compile(forest, representation=name, cpu="x86-64-v3",
                                    n_jobs=1).plan.small_representation is None
-    assert make_plan(forest, cpu="x86-64-v4").small_representation is None
+    # On AVX-512 code takes up to 8 rows of forests of at most 10,000 split nodes; the
+    # bigger ones keep masks' own small-batch kernel (a row's splits as lanes).
+    v4 = make_plan(forest, cpu="x86-64-v4")
+    assert (v4.small_representation, v4.small_batch) == ("code", 8)
+    (most, _), = mask.CODE_ROWS["avx512", 32]
+    huge = build_forest([grown_tree(rng, 25, 6, [OP_LE], [MISSING_NAN]) for _ in range(
+        most // 20)], n_features=6, n_outputs=1)
+    assert int((~huge.is_leaf).sum()) > most
+    v4 = make_plan(huge, cpu="x86-64-v4")
+    assert (v4.representation, v4.small_representation, v4.small_batch) == ("mask", None, 8)
 
 
 def test_trees_of_up_to_63_splits_walk_blocks_of_rows_as_masks_on_avx512():

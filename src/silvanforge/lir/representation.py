@@ -108,11 +108,10 @@ class Representation(ABC):
 
     @classmethod
     def small_batch_layout(cls, forest: Forest, precision: str,
-                           cpu_features: frozenset[str]) -> tuple[str, int | None] | None:
+                           cpu_features: frozenset[str]) -> tuple[str, int] | None:
         """Another layout's name when a few rows are faster walked through it, with the
-        most rows it serves (None: the planner's usual bound); the plan then has two
-        layouts (docs/ARCHITECTURE.md "Two layouts in one plan"). None: this one walks
-        every batch."""
+        most rows it serves; the plan then has two layouts (docs/ARCHITECTURE.md "Two
+        layouts in one plan"). None: this one walks every batch."""
         return None
 
     def __init__(self, forest: Forest, precision: str = "float64") -> None:

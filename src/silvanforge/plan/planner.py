@@ -216,7 +216,7 @@ def make_plan(forest: Forest, target: str = "cpu", schedule: Any = None,
             or REGISTRY[second].default_schedule(forest, chosen_precision, features)
     return Plan(forest=forest, target=target, cpu=cpu, representation=rep,
                 precision=chosen_precision, schedule=chosen, n_jobs=jobs,
-                small_schedule=small, small_batch=(rows or SMALL_BATCH) if small else 0,
+                small_schedule=small, small_batch=rows or (SMALL_BATCH if small else 0),
                 small_representation=second,
                 sized_threads=schedule is None, rows_per_thread=rows_per_thread(forest),
                 tile_size=layout.tile_size, tiling=layout.tiling,

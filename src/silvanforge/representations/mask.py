@@ -55,17 +55,23 @@ from .sparse import SparseRepresentation
 
 # The widest tree stride: 64 lanes hold 63 internal nodes and their 64 leaves.
 MAX_LANES = 64
-# Rows as lanes walk groups of 16 rows (two registers of 8 on AVX2), and a group costs
-# the same whatever its rows: code beats it up to a number of rows that falls as the
-# forest's code grows (a row's cost a tree grows past the caches). A plan of masks and
-# code gives code, by stride (16 as 32), the rows of the first (most split nodes,
-# rows) that the forest fits, else SMALL_BATCH's 8. Stride 32 (AVX2): a group costs 50-90 ns a tree,
-# code 2.7-3.3 ns a row-tree in forests of ~3000 split nodes (code wins up to 17-33
-# rows), 4.4 at 9000 (14), 8.6 in mtpl2's 30,000 (6). Stride 64 (AVX-512): 100 x 63
-# leaves (6200 splits) cross at ~32 rows, and code beats a block's four groups (which
-# 33-64 rows walk) up to ~50; 300 x 63 at ~14 (docs/ARCHITECTURE.md "Two layouts in
-# one plan").
-CODE_ROWS = {32: ((4000, 16),), 64: ((8000, 48), (40_000, 16))}
+# A plan of masks gives code the calls of up to (rows) rows: by instruction set and
+# stride (16 as 32), the first entry (most split nodes or None for any, rows) the
+# forest fits; none: masks' own small-batch kernel (a row's splits as lanes). Rows as
+# lanes walk groups of 16 rows, and a group costs the same whatever its rows, while
+# code's cost a row and tree grows with the forest's code (past the caches): code
+# wins up to fewer rows in bigger forests. AVX2 (splits as lanes pack their tests
+# into bits with several instructions: 1.3-2.6x code's time): a group costs 50-90 ns
+# a tree, code 2.7-3.3 ns a row-tree at ~3000 split nodes (wins up to 17-33 rows),
+# 4.4 at 9000 (14), 8.6 in mtpl2's 30,000 (6). AVX-512, stride 32: code takes
+# 0.45-0.91x the splits-as-lanes kernel's time at 1-8 rows up to 9000 split nodes,
+# 0.53 / 0.86 / 1.06 / 1.15 at 1 / 2 / 4 / 8 rows at 18,000 and 1.01-1.41 in mtpl2;
+# stride 64 (splits as lanes 1.2-1.5x code's time): 100 x 63 leaves (6200 splits)
+# cross a group at ~32 rows, and a block's four groups (33-64 rows) at ~50; 300 x 63
+# at ~14 (docs/ARCHITECTURE.md "Two layouts in one plan").
+CODE_ROWS = {("avx2", 32): ((4000, 16), (None, 8)),
+             ("avx512", 32): ((10_000, 8),),
+             ("avx512", 64): ((8000, 48), (40_000, 16), (None, 8))}
 # The planner picks masks for strides up to this many lanes (trees of up to 31 splits,
 # LightGBM's default 31 leaves) on their own; wider strides are code's, or masks for
 # blocks of rows with code for a few rows where rows walk as lanes on AVX-512
@@ -104,17 +110,16 @@ class MaskRepresentation(SparseRepresentation):
 
     @classmethod
     def small_batch_layout(cls, forest: Forest, precision: str,
-                           cpu_features: frozenset[str]) -> tuple[str, int | None] | None:
-        # Without AVX-512 a row's splits as lanes pack their tests into bits with
-        # several instructions a vector: 1.3-2.6x code's time for up to 8 rows; with
-        # it, 64 lanes take 1.2-1.5x (docs/ARCHITECTURE.md "Two layouts in one plan").
-        # Blocks of rows pay whole groups of 16 rows, which code beats up to CODE_ROWS.
+                           cpu_features: frozenset[str]) -> tuple[str, int] | None:
+        # Code for a few rows where blocks walk rows as lanes (CODE_ROWS).
         lanes = stride(forest)
-        if "avx512f" in cpu_features and lanes <= MAX_DEFAULT_LANES:
+        if not (lanes and vector_ready(forest, precision)):
             return None
+        isa = "avx512" if "avx512f" in cpu_features else "avx2"
         splits = int(_splits(forest).sum())
-        return "code", next((rows for most, rows in CODE_ROWS[max(lanes, 32)]
-                             if splits <= most), None)
+        rows = next((rows for most, rows in CODE_ROWS[isa, max(lanes, 32)]
+                     if most is None or splits <= most), None)
+        return None if rows is None else ("code", rows)
 
     @classmethod
     def default_schedule(cls, forest: Forest, precision: str,
