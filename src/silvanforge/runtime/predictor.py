@@ -205,22 +205,22 @@ class Predictor(ForestShape):
         self._flat = forest.flat_output and forest.n_outputs == 1
         # predict's first lines: a few rows and the default output, straight to the small
         # kernel (one thread, whatever n_jobs says once it is valid) when the kernel
-        # finishes the values itself (no numpy step). A plan without one sends up to
-        # SMALL_BATCH rows to its main kernel so, where its threads are sized to the call
-        # (one thread for so few rows on the general path too).
+        # finishes the values itself (no numpy step). A plan without one sends its main
+        # kernel the calls its threads, sized to the call, leave on one thread (fewer
+        # than two threads' rows: one thread on the general path too).
         value = self._finish.get("value")
+        main, solo = self._main, 2 * self._rows_per_thread - 1
         few = self._small if self._small is not None else \
-            self._main if self._rows_per_thread else None
-        self._few_kernel, self._few_rows = few, self._small_batch or SMALL_BATCH
+            main if self._rows_per_thread else None
+        self._few_kernel = few
+        self._few_rows = self._small_batch if few is not main else max(solo, SMALL_BATCH)
         self._few = few is not None and not few.has_scratch and \
             value is not None and value != _SCORE
         self._few_finish = value
         self._few_width = None if self._flat else forest.n_outputs
         # Those first lines as machine code, which the class's predict calls first (see
-        # the end of this module); it also runs the main kernel for the calls its threads
-        # sized to the call leave on one thread (fewer than two threads' rows): the
-        # general path's ~0.6-0.9 µs of Python.
-        main, solo = self._main, 2 * self._rows_per_thread - 1
+        # the end of this module); with a small kernel, it also runs the main one for
+        # the calls left on one thread: the general path's ~0.6-0.9 µs of Python.
         more = (main.call, solo) if self._few and main is not few and \
             not main.has_scratch and solo > self._few_rows else None
         self._quick = quick_predict(few.call, _zeros, self._few_rows, value,
