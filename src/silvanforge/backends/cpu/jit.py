@@ -33,9 +33,10 @@ _OMP_SYMBOL = b"GOMP_parallel"
 # kernels").
 MIN_PARALLEL_INSTRUCTIONS = 10_000
 # The first such module is sent at this fraction of it, so that a worker starts building
-# while the rest is rendered (2-7% less compile time on LightGBM forests as code,
-# docs/ARCHITECTURE.md "Compiling big kernels").
-FIRST_MODULE_FRACTION = 4
+# while the rest is rendered (2-7% less compile time on LightGBM forests as code with a
+# quarter; an eighth 3-5% less again on 100 x 127 leaves, docs/ARCHITECTURE.md
+# "Compiling big kernels").
+FIRST_MODULE_FRACTION = 8
 # A build's time, predicted from LLVM's rate on one core (docs/ARCHITECTURE.md
 # "Measurements behind smaller rules": MIN_PARALLEL_INSTRUCTIONS), decides whether it
 # shows a progress bar (silvanforge.progress).
