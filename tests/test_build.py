@@ -285,7 +285,7 @@ def test_a_failed_render_stops_the_builds_threads(two_cores, monkeypatch):
     def failing(kernel, *, openmp, outlined, vector_bits, module=None):
         def collect(module, fn):
             outlined(module, fn)
-            if outlined.modules:
+            if outlined.job.jobs:
                 started.append(outlined.job)
                 raise BackendError("render failed")
         return original(kernel, openmp=openmp, outlined=collect)

@@ -43,8 +43,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..backends.cpu import (CompiledKernel, RowsLayout, Target,
-                            compile_kernels, predict_method, quick_predict, start_workers)
+from ..backends.cpu import (CompiledKernel, RowsLayout, Target, compile_kernels,
+                            predict_method, quick_predict, start_workers)
 from ..errors import BackendError, InputError, ModelFormatError, SilvanForgeError
 from ..export import Exported, Kernels, write_library
 from ..hir import print_plan
@@ -213,7 +213,7 @@ class Predictor(ForestShape):
         few = self._small if self._small is not None else \
             main if self._rows_per_thread else None
         self._few_kernel = few
-        self._few_rows = self._small_batch if few is not main else max(solo, SMALL_BATCH)
+        self._few_rows = self._small_batch if few is not main else solo
         self._few = few is not None and not few.has_scratch and \
             value is not None and value != _SCORE
         self._few_finish = value

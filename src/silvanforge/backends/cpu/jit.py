@@ -149,32 +149,26 @@ def _parallel(kernels: Sequence[ir.Kernel], levels: list[tuple[int, bool]], targ
     """:func:`compile_kernels` on several cores: (each kernel's (object, optimised IR)
     pairs, its main module's first; each kernel's LLVM instructions)."""
     job = build.ParallelBuild(target.triple, target.cpu, target.features, *levels[-1])
-    owners: list[int] = []  # the kernel of each submitted module, in order
-    mains: dict[int, int] = {}  # kernel → the position of its submitted main module
+    parts: list[list[int]] = []  # each kernel's submitted modules (main first), by position
     sizes: list[int] = []
     try:
         for k, (kernel, level) in enumerate(zip(kernels, levels)):
             pieces = _Pieces(job, level)
+            first = len(job.jobs)
             module = render_kernel(kernel, target, pieces)
-            owners += [k] * pieces.modules
+            parts.append(list(range(first, len(job.jobs))))
             sizes.append(_instructions(module) + pieces.submitted)
             if k < len(kernels) - 1:
-                mains[k] = len(owners)
-                owners.append(k)
+                parts[k].insert(0, len(job.jobs))
                 job.submit(str(module), level=level)
     except BaseException:
         job.abandon()  # its threads stop; what they built is dropped
         raise
-    modules = len(owners) + 1
+    modules = len(job.jobs) + 1
     seconds = sum(sizes) * LLVM_S_PER_INSTRUCTION / min(build.cores(), modules)
     with _progress(f"LLVM build of {names}", seconds, modules) as bar:
         last, *submitted = job.finish(str(module), bar.update, meanwhile)
-    built: list[list[tuple[bytes, str]]] = [[] for _ in kernels]
-    for position, (owner, one) in enumerate(zip(owners, submitted)):
-        if mains.get(owner) == position:
-            built[owner].insert(0, one)
-        else:
-            built[owner].append(one)
+    built = [[submitted[p] for p in positions] for positions in parts]
     built[-1].insert(0, last)
     return built, sizes
 
@@ -192,7 +186,6 @@ class _Pieces:
         self.batch: list[ll.Function] = []
         self.instructions = 0
         self.submitted = 0  # instructions sent to the parallel build
-        self.modules = 0  # modules sent
 
     def __call__(self, module: ll.Module, fn: ll.Function) -> None:
         self.batch.append(fn)
@@ -204,7 +197,6 @@ class _Pieces:
         self.job.submit(module.detach(self.batch),
                         None if loops else build.STRAIGHT_PASSES, self.level)
         self.submitted += self.instructions
-        self.modules += 1
         self.batch, self.instructions = [], 0
 
 

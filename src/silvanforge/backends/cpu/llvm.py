@@ -743,9 +743,9 @@ class _FunctionBuilder:
         done = self.fn.append_basic_block("for.end")
         self.b.branch(cond)
         self.b.position_at_end(cond)
+        self.clobbers += 1  # as in _s_While
         self.b.cbranch(self.b.icmp_signed("<", self.b.load(slot), stop), block, done)
         self.b.position_at_end(block)
-        self.clobbers += 1  # as in _s_While
         body()
         self.b.store(self.b.binary("add", self.b.load(slot), step), slot)
         self.b.branch(cond)
