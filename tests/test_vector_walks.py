@@ -45,18 +45,20 @@ def random_forest(rng, ops, rules, n_features: int, n_outputs: int, leaves: str 
 @settings(max_examples=40, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), n_rows=st.integers(1, 140),
        tile=st.sampled_from([16, 32, 48, 64]), cache=st.booleans(),
+       n_features=st.sampled_from([1, 2, 3, 4, 16, 21, 40]),
        n_outputs=st.integers(1, 2), leaves=st.sampled_from(["constant", "linear", "vector"]),
        ops=st.lists(st.sampled_from([OP_LT, OP_LE, OP_EQ, OP_CAT]), min_size=1,
                     max_size=4, unique=True),
        rules=st.lists(st.sampled_from([MISSING_NAN, MISSING_ZERO, MISSING_NONE]),
                       min_size=1, max_size=3, unique=True))
-def test_vector_walks_match_reference(seed, n_rows, tile, cache, n_outputs, leaves, ops,
-                                      rules):
+def test_vector_walks_match_reference(seed, n_rows, tile, cache, n_features, n_outputs,
+                                      leaves, ops, rules):
     # Up to 140 rows: whole blocks, whose vector walks interleave, and a last block
     # with fewer groups of rows, whose groups walk alone. Constant leaves are permuted
-    # windows, linear and vector leaves gathers.
+    # windows, linear and vector leaves gathers. Rows of 16 features or more are copied
+    # a block of 16 x 16 at a time (transposed in registers), the rest feature by feature.
     rng = np.random.default_rng(seed)
-    forest = random_forest(rng, ops, rules, int(rng.integers(1, 5)), n_outputs, leaves)
+    forest = random_forest(rng, ops, rules, n_features, n_outputs, leaves)
     rows = random_rows(forest, seed, n_rows).astype(np.float32)
     predictor = silvanforge.compile(forest, schedule=schedule(tile, cache),
                                     representation="array", precision="float32")
@@ -169,6 +171,26 @@ def test_vector_walks_of_shallower_trees_skip_the_padded_levels(cpu):
     uniform = silvanforge.compile(complete_forest([3, 3]), schedule=schedule(64, True),
                                   cpu=cpu, representation="array", precision="float32")
     assert "tree_levels" not in uniform.dump("lir")
+
+
+@pytest.mark.parametrize("cpu", [None, "x86-64-v3"])
+@pytest.mark.parametrize("n_features", [15, 16, 37])
+def test_the_row_copy_transposes_blocks_of_16_features_in_registers(cpu, n_features):
+    # Rows of 16 features or more: each group's 16 x 16 blocks are loaded a row at a
+    # time, transposed by four steps of shuffles and stored a feature at a time; the
+    # features past the last whole block (and rows of fewer than 16) are copied one by
+    # one. Rows past the batch's end are the last row's copies (any count of rows).
+    # x86-64-v3 needs a CPU with AVX2 to run.
+    forest = complete_forest([6, 8, 3], n_features=n_features, seed=n_features)
+    rows = random_rows(forest, n_features, 150).astype(np.float32)
+    expected = reference.predict(forest, rows, output="margin")
+    predictor = silvanforge.compile(forest, schedule=schedule(64, True), cpu=cpu,
+                                    representation="array", precision="float32")
+    lir = predictor.dump("lir")
+    assert lir.count("shuffle(") == (64 if n_features >= 16 else 0)
+    for n in (1, 15, 16, 64, 65, 150):
+        np.testing.assert_array_equal(predictor.predict(rows[:n], output="margin"),
+                                      expected[:n], err_msg=f"{n} rows")
 
 
 def test_a_vectorized_forest_of_wide_rows_walks_them_in_place():

@@ -11,8 +11,9 @@ Vectors (CPU only): :class:`Broadcast`, :class:`Iota`, :class:`VectorLoad`,
 :class:`Lookup` and a :class:`Load` whose index is a vector make vectors of ``lanes``
 values; ``dtype`` is always the element type. Every other expression applies lane-wise
 when an operand is a vector (scalar operands are broadcast), a ``Store`` of a vector
-writes consecutive elements, :class:`Extract` takes one lane back and
-:class:`LaneBits` packs a boolean vector into an integer.
+writes consecutive elements, :class:`Extract` takes one lane back,
+:class:`Shuffle` rearranges the lanes of two vectors and :class:`LaneBits` packs a
+boolean vector into an integer.
 
 Buffers are kernel parameters (pointers with an element type) or small fixed-size local
 arrays. Indices are element indices of type i64. Floating-point comparisons are ordered
@@ -222,6 +223,21 @@ class Extract(Expr):
 
     a: Expr
     lane: int
+
+    @property
+    def dtype(self) -> DType:  # type: ignore[override]
+        return self.a.dtype
+
+
+@dataclass(frozen=True)
+class Shuffle(Expr):
+    """The lanes ``order`` of the vectors ``a`` and ``b`` side by side (lane ``i`` of
+    ``b`` is number ``lanes(a) + i``): a constant rearrangement, e.g. a step of a
+    transpose."""
+
+    a: Expr
+    b: Expr
+    order: tuple[int, ...]
 
     @property
     def dtype(self) -> DType:  # type: ignore[override]

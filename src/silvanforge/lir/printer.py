@@ -80,6 +80,8 @@ def format_expr(e: ir.Expr) -> str:
                 f"{format_expr(e.offset)} (< {e.span})]")
     if isinstance(e, ir.Extract):
         return f"{format_expr(e.a)}.lane{e.lane}"
+    if isinstance(e, ir.Shuffle):
+        return f"shuffle({format_expr(e.a)}, {format_expr(e.b)}, {list(e.order)})"
     if isinstance(e, ir.LaneBits):
         return f"lanebits<{e.dtype.name}>({format_expr(e.a)})"
     raise TypeError(f"not a LIR expression: {e!r}")

@@ -18,7 +18,7 @@ EXPR_CHILDREN = {
     ir.Cmp: ("a", "b"), ir.Not: ("a",), ir.IsNaN: ("a",), ir.Select: ("cond", "a", "b"),
     ir.Cast: ("a",), ir.Bitcast: ("a",), ir.Math: ("a",), ir.Broadcast: ("a",),
     ir.Iota: (), ir.VectorLoad: ("index",), ir.Lookup: ("base", "offset"),
-    ir.Extract: ("a",),
+    ir.Extract: ("a",), ir.Shuffle: ("a", "b"),
 }
 STMT_EXPRS = {
     ir.Declare: ("init",), ir.Assign: ("value",), ir.Store: ("index", "value"),

@@ -392,6 +392,9 @@ class _FunctionBuilder:
     def _e_Extract(self, e: ir.Extract) -> ll.Value:
         return self.b.extract(self.expr(e.a), e.lane)
 
+    def _e_Shuffle(self, e: ir.Shuffle) -> ll.Value:
+        return self.b.shuffle(self.expr(e.a), self.expr(e.b), e.order)
+
     def _e_Lookup(self, e: ir.Lookup) -> ll.Value:
         """Where the target has AVX-512, a window of at most :data:`PERMUTE_SPAN` elements
         of 32 bits or fewer (half as many of 64 bits) is loaded whole, a register at a
