@@ -193,6 +193,44 @@ def test_the_row_copy_transposes_blocks_of_16_features_in_registers(cpu, n_featu
                                       expected[:n], err_msg=f"{n} rows")
 
 
+@pytest.mark.parametrize("schedule_text", [
+    schedule(64, True), schedule(32, False),
+    "tile(batch, b0, b1, 64)\ntile(tree, t0, t1, 3)\nreorder(b0, t0, t1, b1)\ncache(b0)\n"
+    "vectorize(b1)\nparallel(b0)"])
+def test_a_block_of_several_outputs_sums_its_rows_by_output_and_stays_exact(schedule_text):
+    # Three outputs, each tree adding to one (XGBoost's multiclass) with leaf values of
+    # every magnitude: the block's sums by output (a local array, one vector add a
+    # group) start from the target's values and go back to it, so each row's sum takes
+    # its trees in the reference's order, tiles of trees included. Batches ending in
+    # each group of a block.
+    rng = np.random.default_rng(5)
+
+    def tree(t: int) -> Tree:
+        n = 2 ** 6 - 1
+        return Tree(left=[2 * i + 1 if 2 * i + 1 < n else -1 for i in range(n)],
+                    right=[2 * i + 2 if 2 * i + 2 < n else -1 for i in range(n)],
+                    feature=rng.integers(0, 4, n), threshold=rng.normal(size=n),
+                    leaf_value=rng.normal(size=n) * 10.0 ** rng.integers(-6, 6, n),
+                    default_left=True, output=t % 3)
+    forest = build_forest([tree(t) for t in range(14)], n_features=4, n_outputs=3,
+                          base_score=[0.1, 0.2, 0.3], input_dtype=np.float32)
+    rows = random_rows(forest, 5, 150).astype(np.float32)
+    expected = reference.predict(forest, rows, output="margin")
+    predictor = silvanforge.compile(forest, schedule=schedule_text, representation="array",
+                                    precision="float32")
+    assert "f64 sums" in predictor.dump("lir")
+    for n in (1, 7, 16, 17, 40, 63, 64, 65, 150):
+        np.testing.assert_array_equal(predictor.predict(rows[:n], output="margin"),
+                                      expected[:n], err_msg=f"{n} rows")
+
+
+def test_one_output_adds_its_groups_to_the_rows_in_place():
+    forest = complete_forest([6, 6])
+    predictor = silvanforge.compile(forest, schedule=schedule(64, True),
+                                    representation="array", precision="float32")
+    assert "f64 sums" not in predictor.dump("lir")
+
+
 def test_a_vectorized_forest_of_wide_rows_walks_them_in_place():
     # More features than levels walked: copying rows transposed costs more than it saves.
     wide, narrow = complete_forest([4, 4], n_features=100), complete_forest([4, 4])

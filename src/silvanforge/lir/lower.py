@@ -49,6 +49,9 @@ DIRECT_SPAN = 8
 # The most a block's transposed copy of its rows may take of a thread's stack (OpenMP
 # threads get a few MiB): 64 rows of 4096 float32 features.
 MAX_ROW_COPY_BYTES = 1 << 20
+# The most a block's sums by output may take of a thread's stack (lane_sums): 64 rows of
+# 128 outputs.
+MAX_LANE_SUMS_BYTES = 1 << 16
 _INPUT_DTYPES = {np.dtype(np.float32): ir.F32, np.dtype(np.float64): ir.F64}
 
 
@@ -91,6 +94,9 @@ class _Lowering:
     prepared: tuple[ir.Buffer, ir.Expr, int] | None = None
     # Tree loop variables whose value the code being lowered knows (see tree_switch).
     fixed: dict[str, int] = field(default_factory=dict)
+    # The sums of the block's rows that the tree loop being lowered adds its vector
+    # walks' leaves to (see lane_sums).
+    sums: "_LaneSums | None" = None
     # The value of MIR's S (a thread's share of the rows), declared by lower() when used.
     share: ir.Var = field(default_factory=lambda: ir.Var("share", ir.I64))
 
@@ -159,13 +165,17 @@ class _Lowering:
     def op(self, op) -> list[ir.Stmt]:
         if isinstance(op, mir.Loop):
             var = ir.Var(_name(op.var), ir.I64)
+            sums, outer = self.lane_sums(op), self.sums
+            self.sums = sums or outer
             # GPU dimensions mean nothing on a CPU: such loops run serially here, which
             # legalization has already made safe.
             body = self.tree_switch(op, var) if self.switches_on(op) else self.body(op.body)
+            self.sums = outer
             step = ir.i64(op.step) if isinstance(op.step, int) else self.affine(op.step)
-            return [ir.For(var, self.bound(op.lower), self.bound(op.upper), step,
-                           body, parallel=op.parallel,
-                           threads=self.n_threads if op.parallel else None)]
+            loop: list[ir.Stmt] = [ir.For(var, self.bound(op.lower), self.bound(op.upper),
+                                          step, body, parallel=op.parallel,
+                                          threads=self.n_threads if op.parallel else None)]
+            return loop if sums is None else sums.start + loop + sums.flush
         if isinstance(op, mir.Guard):
             return [ir.If(self.cond(op.cond), self.body(op.body))]
         if isinstance(op, mir.Walk):
@@ -191,6 +201,51 @@ class _Lowering:
             return [ir.For(r, self.bound(op.lower), self.bound(op.upper), ir.i64(1),
                            [ir.Prefetch(self.rows, start)])]
         raise TypeError(f"no LIR lowering for MIR op {type(op).__name__}")
+
+    def lane_sums(self, op: mir.Loop) -> "_LaneSums | None":
+        """For a tree loop over one block's vector walks whose reduces add to a target
+        of several outputs a row: sums of the block's rows by output, a local array
+        (output-major, so each walk adds its leaves as one vector, not a scatter to
+        rows ``n_outputs`` apart), read from the target before the loop and written
+        back after it (docs/ARCHITECTURE.md "Vector walks across rows", "Sums by
+        output"). Rows past the batch's end have sums (their lanes walk the last row)
+        that are never written."""
+        walks = [o for o in op.body if isinstance(o, mir.InterleavedWalk)]
+        reduces = [o for o in op.body if isinstance(o, mir.Reduce)]
+        if op.kind != TREE or op.parallel or self.forest.n_outputs == 1 \
+                or len(walks) != 1 or not walks[0].lanes \
+                or len(reduces) + 1 != len(op.body) or self.switches_on(op) \
+                or any(r.atomic or r.privatized or r.target != reduces[0].target
+                       for r in reduces):
+            return None
+        members = walks[0].members
+        rows, n_out = len(members), self.forest.n_outputs
+        if rows * n_out * 8 > MAX_LANE_SUMS_BYTES:
+            return None
+        acc = ir.Buffer(self.fresh("sums"), ir.F64, rows * n_out)
+        base = self.affine(members[0].row)
+        count: ir.Expr = ir.i64(rows)
+        if members[-1].valid is not None:
+            count = ir.BinOp("min", count, ir.BinOp("sub", self.bound(
+                members[-1].valid.bound), base))
+        i = ir.Var(self.fresh("sum"), ir.I64)
+        target, _ = self.buffers[reduces[0].target]
+
+        def rows_of(load: bool) -> ir.Stmt:
+            # The target's values to the sums, or back: each row's sum takes its trees
+            # in the order the target would, so the sums are the same to the bit.
+            r = ir.Var(self.fresh("row"), ir.I64)
+            moves = []
+            for k in range(n_out):
+                at = self.flat_index(reduces[0].target, [ir.BinOp("add", base, r), ir.i64(k)])
+                mine = ir.BinOp("add", ir.i64(k * rows), r)
+                moves.append(ir.Store(acc, mine, ir.Load(target, at)) if load
+                             else ir.Store(target, at, ir.Load(acc, mine)))
+            return ir.For(r, ir.i64(0), count, ir.i64(1), moves)
+        return _LaneSums(acc, base, rows, reduces[0].target, [
+            ir.LocalArray(acc), ir.For(i, ir.i64(0), ir.i64(rows * n_out), ir.i64(1),
+                                       [ir.Store(acc, i, ir.Const(0.0, ir.F64))]),
+            rows_of(True)], [rows_of(False)])
 
     def switches_on(self, op: mir.Loop) -> bool:
         """Whether tree loop ``op`` jumps to a copy of its body per tree: for a
@@ -687,6 +742,19 @@ class _Lowering:
             return self.flat_index(op.target, [self.affine(p) for p in op.privatized]
                                    + [row, out])
 
+        sums = self.sums
+        if walk.lane is not None and sums is not None and op.target == sums.target:
+            values, lane, lanes, _ = walk.lane
+            if lane:  # the group's first lane adds them all
+                return []
+            adds: list[ir.Stmt] = []
+            for k, v in enumerate(values):
+                out = first if k == 0 else ir.BinOp("add", first, ir.i64(k))
+                at = ir.BinOp("add", ir.BinOp("mul", out, ir.i64(sums.rows)),
+                              ir.BinOp("sub", walk.row, sums.base))
+                adds.append(ir.Store(sums.acc, at, ir.BinOp(
+                    "add", ir.VectorLoad(sums.acc, at, lanes), v)))
+            return adds
         if walk.lane is not None and not op.atomic:
             return self.reduce_lanes(op, walk, buffer, index)
         stmts: list[ir.Stmt] = []
@@ -792,6 +860,20 @@ class _Lowering:
         return [ir.Declare(main, ir.BinOp("add", lo, span)),
                 ir.For(e, lo, main, ir.i64(width), lanes(e, width)),
                 ir.For(tail, main, hi, ir.i64(1), lanes(tail, 1))]
+
+
+@dataclass(frozen=True)
+class _LaneSums:
+    """A block's sums by output (see :meth:`_Lowering.lane_sums`): output ``k`` of the
+    block's row ``r`` (from ``base``) at ``acc[k * rows + r]``; ``start`` declares them
+    and reads the target's rows that exist, ``flush`` writes those back."""
+
+    acc: ir.Buffer
+    base: ir.Expr
+    rows: int
+    target: str
+    start: list[ir.Stmt]
+    flush: list[ir.Stmt]
 
 
 @dataclass(frozen=True)
