@@ -19,6 +19,7 @@ from silvanforge.model.forest import (MISSING_NAN, MISSING_NONE, MISSING_ZERO, O
                                       OP_EQ, OP_LE, OP_LT)
 from silvanforge.backends.cpu import Target
 from silvanforge.representations import REGISTRY
+from silvanforge.lir.lower import MAX_IN_PLACE_FEATURES
 from silvanforge.representations.array import vectorizes
 from silvanforge.schedule import Schedule
 
@@ -246,6 +247,24 @@ def test_a_row_copy_past_the_stack_bound_is_refused_and_never_a_default():
     with pytest.raises(ScheduleError, match="stack"):
         silvanforge.compile(forest, schedule=schedule(64, True), representation="array",
                             precision="float32")
+
+
+def test_rows_read_in_place_take_32_bit_offsets_and_wider_ones_are_refused():
+    # Without the copy a group's lanes read their rows by 32-bit offsets from its first
+    # row: 16 rows of fewer than 2**27 features. The planner never picks vector walks
+    # past that, and a schedule asking for them is refused (the forest's tables are
+    # small; no row that wide is ever made).
+    forest = complete_forest([4, 4], n_features=MAX_IN_PLACE_FEATURES + 1)
+    assert vectorizes(complete_forest([4, 4], n_features=MAX_IN_PLACE_FEATURES), "float32",
+                      frozenset({"avx2"}))
+    assert not vectorizes(forest, "float32", frozenset({"avx2"}))
+    with pytest.raises(ScheduleError, match="32-bit offsets"):
+        silvanforge.compile(forest, schedule=schedule(64, False), representation="array",
+                            precision="float32")
+    narrow = silvanforge.compile(complete_forest([4, 4], n_features=30),
+                                 schedule=schedule(64, False), representation="array",
+                                 precision="float32")
+    assert "masked.gather" not in narrow.dump("llvm")  # loads a lane at a time
 
 
 def test_vectorize_needs_a_tile_of_whole_vectors():

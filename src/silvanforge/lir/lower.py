@@ -49,6 +49,9 @@ DIRECT_SPAN = 8
 # The most a block's transposed copy of its rows may take of a thread's stack (OpenMP
 # threads get a few MiB): 64 rows of 4096 float32 features.
 MAX_ROW_COPY_BYTES = 1 << 20
+# Vector walks read rows in place (no copy) by 32-bit offsets from a group's first row:
+# 16 rows of at most this many features.
+MAX_IN_PLACE_FEATURES = 2 ** 31 // 16 - 1
 # The most a block's sums by output may take of a thread's stack (lane_sums): 64 rows of
 # 128 outputs.
 MAX_LANE_SUMS_BYTES = 1 << 16
@@ -462,14 +465,28 @@ class _Lowering:
         else gathered from the rows (clamped to the last row)."""
         n = self.forest.n_features
         iota = ir.Iota(lanes)
-        if self.transposed is None:
-            rows = ir.BinOp("min", ir.BinOp("add", ir.Broadcast(first_row, lanes), ir.Cast(
-                iota, ir.I64)), ir.BinOp("sub", self.n_rows, ir.i64(1)))
+        if self.transposed is None and lanes * n < 2 ** 31:
+            # 32-bit offsets, never negative (the backend loads a lane at a time by
+            # them), from the group's first row or the last row where the group has
+            # none: lane i reads row first + min(i, the last row's lane).
+            end = ir.BinOp("sub", self.n_rows, ir.i64(1))
+            first = ir.BinOp("min", first_row, end)
+            start = ir.BinOp("mul", first, ir.i64(n))
+            last = ir.Cast(ir.BinOp("min", ir.BinOp("sub", end, first), ir.i64(lanes - 1)),
+                           ir.I32)
+            lane_rows = ir.BinOp("mul", ir.BinOp("min", iota, ir.Broadcast(last, lanes)),
+                                 ir.Const(n, ir.I32))
 
             def gathered(feature: ir.Expr) -> ir.Expr:
-                return ir.Load(self.rows, ir.BinOp("add", ir.BinOp("mul", rows, ir.i64(n)),
-                                                   feature))
+                column = feature.a if isinstance(feature, ir.Cast) \
+                    and feature.a.dtype == ir.I32 else ir.Cast(feature, ir.I32)
+                return ir.Load(self.rows, ir.BinOp("add", start, ir.Cast(
+                    ir.BinOp("add", lane_rows, column), ir.I64)))
             return gathered
+        if self.transposed is None:
+            raise ScheduleError(
+                f"vector walks read rows in place by 32-bit offsets, {lanes} rows of fewer "
+                f"than {2 ** 31 // lanes} features; these rows have {n}")
         buf, block_first, columns = self.transposed
         group = ir.BinOp("mul", ir.BinOp("sub", first_row, block_first), ir.i64(columns))
 

@@ -29,6 +29,7 @@ import numpy as np
 
 from ..errors import ScheduleError, UnsupportedModelError
 from ..lir import ir
+from ..lir.lower import MAX_IN_PLACE_FEATURES
 from ..model.forest import Forest
 from ..schedule import Schedule, named
 from .mask import MaskRepresentation, vector_ready
@@ -54,12 +55,14 @@ def vectorizes(forest: Forest, precision: str, cpu_features: frozenset[str]) -> 
     """Whether the planner gives ``forest`` the ``vector`` schedule (16 rows as the lanes
     of one walk; docs/ARCHITECTURE.md "Vector walks"): array tables at float32 on a CPU
     with AVX-512 or AVX2 (whose permutes read the levels' windows), while padding every
-    tree to the deepest's depth keeps the padding bound.
+    tree to the deepest's depth keeps the padding bound, for rows the walks can read in
+    place (:data:`~silvanforge.lir.lower.MAX_IN_PLACE_FEATURES`).
 
     >>> vectorizes(forest, "float32", frozenset({"avx2"}))      # doctest: +SKIP
     True
     """
-    if precision != "float32" or not {"avx512f", "avx2"} & cpu_features:
+    if precision != "float32" or not {"avx512f", "avx2"} & cpu_features \
+            or forest.n_features > MAX_IN_PLACE_FEATURES:
         return False
     slots = forest.n_trees * (2 ** (int(forest.tree_depths.max()) + 1) - 1)
     return slots <= MAX_ARRAY_PADDING * forest.n_nodes
