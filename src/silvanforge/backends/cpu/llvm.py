@@ -155,7 +155,6 @@ def render_module(kernel: ir.Kernel, *, openmp: bool = True,
     return module
 
 
-
 class _FunctionBuilder:
     """Emits LIR statements into one LLVM function."""
 
