@@ -267,6 +267,20 @@ def test_rows_read_in_place_take_32_bit_offsets_and_wider_ones_are_refused():
     assert "masked.gather" not in narrow.dump("llvm")  # loads a lane at a time
 
 
+def test_a_vectorized_schedule_for_a_forest_no_lane_layout_suits_names_the_layouts():
+    # A chain of 70 splits: padded to a complete tree it passes the array layout's
+    # bound, and masks take at most 63 splits. Was a StopIteration from the planner.
+    n = 70
+    chain = Tree(left=[n + i if i < n else -1 for i in range(2 * n + 1)],
+                 right=[(i + 1 if i < n - 1 else 2 * n) if i < n else -1
+                        for i in range(2 * n + 1)],
+                 feature=[0] * (2 * n + 1), threshold=np.arange(2.0 * n + 1),
+                 leaf_value=np.arange(2.0 * n + 1), default_left=True)
+    forest = build_forest([chain], n_features=2, n_outputs=1, input_dtype=np.float32)
+    with pytest.raises(ScheduleError, match="none suits this forest.*representation="):
+        silvanforge.compile(forest, schedule=schedule(64, True))
+
+
 def test_vectorize_needs_a_tile_of_whole_vectors():
     with pytest.raises(ScheduleError, match="multiple of 16"):
         Schedule.parse("tile(batch, b0, b1, 12)\nreorder(b0, tree, b1)\nvectorize(b1)")

@@ -36,7 +36,7 @@ import numpy as np
 from .. import cores
 from ..backends import target_info
 from ..backends.cpu import Target
-from ..errors import InputError
+from ..errors import InputError, ScheduleError
 from ..model.forest import Forest
 from ..representations import REGISTRY
 from ..schedule import Schedule, named
@@ -128,7 +128,15 @@ def choose_representation(forest: Forest, name: str | None, precision: str, devi
                      if c.default_rank is not None and device in c.default_devices),
                     key=lambda c: c.default_rank)
     if schedule is not None and schedule.vectorized:
-        ranked = [c for c in ranked if c.vector_walks] or ranked
+        lanes = [c for c in ranked if c.vector_walks]
+        suiting = [c.name for c in lanes if c.suits(forest, precision, cpu_features)]
+        if lanes and not suiting:
+            names = ", ".join(repr(c.name) for c in lanes)
+            raise ScheduleError(
+                f"vectorize walks rows as the lanes of a layout ({names}), and none suits "
+                f"this forest by default; name one with representation= (e.g. "
+                f"representation={lanes[0].name!r})")
+        ranked = lanes or ranked
     return next(c.name for c in ranked if c.suits(forest, precision, cpu_features))
 
 
