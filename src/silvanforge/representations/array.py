@@ -49,6 +49,11 @@ MAX_ARRAY_PADDING = 4
 # Vector walks copy a block's rows only up to this many features (64 rows of them take
 # 256 KiB of a thread's stack; the lowering refuses copies past 1 MiB).
 MAX_COPIED_FEATURES = 1024
+# ... and while rows have at most this many features for each level a row's walks take:
+# the copy, 16 x 16 blocks transposed in registers, pays for itself from there down
+# (bosch-like, 1.2 features a level: 0.60-1.05x the time of reading rows in place;
+# 1.7: 0.73-1.05; 3.3: 0.99-1.14; docs/ARCHITECTURE.md "The row copy").
+COPIED_FEATURES_A_LEVEL = 1.5
 
 
 def vectorizes(forest: Forest, precision: str, cpu_features: frozenset[str]) -> bool:
@@ -70,11 +75,11 @@ def vectorizes(forest: Forest, precision: str, cpu_features: frozenset[str]) -> 
 
 def copies_rows(forest: Forest) -> bool:
     """Whether vector walks of ``forest`` copy a block's rows transposed first: when
-    they have fewer features than a row's walks take levels (the copy costs a load and
-    a store a feature; docs/ARCHITECTURE.md "Vector walks"), and at most
+    they have at most :data:`COPIED_FEATURES_A_LEVEL` features for each level a row's
+    walks take (docs/ARCHITECTURE.md "Vector walks", "The row copy"), and at most
     :data:`MAX_COPIED_FEATURES` of them (the copy is on the thread's stack)."""
-    return forest.n_features <= min(MAX_COPIED_FEATURES,
-                                    forest.n_trees * int(forest.tree_depths.max()))
+    levels = forest.n_trees * int(forest.tree_depths.max())
+    return forest.n_features <= min(MAX_COPIED_FEATURES, COPIED_FEATURES_A_LEVEL * levels)
 
 
 def level_positions(forest: Forest) -> np.ndarray:
