@@ -73,6 +73,30 @@ def test_default_code_schedule_equals_reference(forest, seed):
         check(predictor, forest, probe_rows(forest, seed, n))
 
 
+@pytest.mark.parametrize("n_features, input_dtype, block", [
+    (5, np.float64, None), (300, np.float32, 218), (2000, np.float32, 32),
+    (40000, np.float64, 16)])
+def test_wide_rows_walk_in_blocks_that_fit_the_cache(n_features, input_dtype, block):
+    # A block of the default schedule is a thread's share of the call, unless fewer than
+    # 256 rows fill 256 KiB: then that many (at least 16), each tile of trees walking a
+    # block the cache still holds. Every batch end of such blocks stays exact.
+    rng = np.random.default_rng(n_features)
+    n = 2 ** 5 - 1
+    trees = [Tree(left=[2 * i + 1 if 2 * i + 1 < n else -1 for i in range(n)],
+                  right=[2 * i + 2 if 2 * i + 2 < n else -1 for i in range(n)],
+                  feature=rng.integers(0, n_features, n), threshold=rng.normal(size=n),
+                  leaf_value=rng.normal(size=n), default_left=rng.random(n) < 0.5)
+             for _ in range(40)]
+    forest = build_forest(trees, n_features=n_features, n_outputs=1, input_dtype=input_dtype)
+    predictor = silvanforge.compile(forest, representation="code", n_jobs=2)
+    first = str(predictor.schedule).splitlines()[0]
+    assert first == f"tile(batch, b0, b1, {block if block else 'share'})"
+    rows = with_nans(rng.normal(size=(2 * (block or 20) + 5, n_features)), 0.1,
+                     n_features).astype(input_dtype)
+    for count in sorted({1, (block or 20) - 1, block or 20, (block or 20) + 1, len(rows)}):
+        check(predictor, forest, rows[:count])
+
+
 def _big_forest(n_trees: int = 120, seed: int = 0):
     """LightGBM-like skewed trees of 15 leaves (29 nodes) on 5 features."""
     rng = np.random.default_rng(seed)

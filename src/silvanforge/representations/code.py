@@ -66,6 +66,12 @@ from .sparse import SparseRepresentation
 # The planner emits forests as code up to this many nodes, about 5 s of compile on 2
 # cores (docs/ARCHITECTURE.md, "Default choices"; mtpl2's 61,000 nodes 2.8 s).
 MAX_CODE_NODES = 100_000
+# The most of a thread's rows one block of the default schedule holds where rows are
+# wide (fewer than WIDE_ROW_BLOCK of them fit): its tiles of trees each walk the block,
+# which stays in the L2 cache between them (epsilon-like, rows of 8000 bytes, 16384
+# rows: 0.74x the time of blocks of a thread's share; docs/ARCHITECTURE.md "Row blocks").
+CODE_BLOCK_BYTES = 256 * 1024
+WIDE_ROW_BLOCK = 256
 # A subtree of at most this many split nodes is one expression of selects, not branches:
 # all its tests run, and none of its (least predictable, bottom-level) branches can be
 # mispredicted; fewer blocks also compile faster (docs/ARCHITECTURE.md, "The code
@@ -104,6 +110,12 @@ class CodeRepresentation(SparseRepresentation):
     @classmethod
     def default_schedule(cls, forest: Forest, precision: str,
                          cpu_features: frozenset[str]) -> Schedule:
+        # A block is a thread's share of the call, unless rows are so wide that fewer
+        # than WIDE_ROW_BLOCK of them fill CODE_BLOCK_BYTES: then that many, so the
+        # block stays in the cache while each tile of trees walks it.
+        rows = CODE_BLOCK_BYTES // (forest.n_features * np.dtype(forest.input_dtype).itemsize)
+        if rows < WIDE_ROW_BLOCK:
+            return named("code_rows", forest.n_trees, rows=max(16, rows))
         return named("code_rows", forest.n_trees)
 
     def __init__(self, forest: Forest, precision: str = "float64") -> None:
