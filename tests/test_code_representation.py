@@ -97,6 +97,15 @@ def test_wide_rows_walk_in_blocks_that_fit_the_cache(n_features, input_dtype, bl
         check(predictor, forest, rows[:count])
 
 
+def test_a_forest_of_no_features_takes_the_default_block_as_code():
+    # Leaves alone (rows of no features): no row width to size a block by.
+    forest = build_forest([Tree(left=[-1], right=[-1], feature=[0], threshold=[0.0],
+                                leaf_value=[1.5])], n_features=0, n_outputs=1)
+    predictor = silvanforge.compile(forest, representation="code")
+    np.testing.assert_array_equal(predictor.predict(np.zeros((3, 0)), output="margin"),
+                                  reference.predict(forest, np.zeros((3, 0)), output="margin"))
+
+
 def _big_forest(n_trees: int = 120, seed: int = 0):
     """LightGBM-like skewed trees of 15 leaves (29 nodes) on 5 features."""
     rng = np.random.default_rng(seed)
