@@ -130,13 +130,14 @@ def choose_representation(forest: Forest, name: str | None, precision: str, devi
     if schedule is not None and schedule.vectorized:
         lanes = [c for c in ranked if c.vector_walks]
         suiting = [c.name for c in lanes if c.suits(forest, precision, cpu_features)]
-        if lanes and not suiting:
+        if suiting:
+            return suiting[0]
+        if lanes:
             names = ", ".join(repr(c.name) for c in lanes)
             raise ScheduleError(
                 f"vectorize walks rows as the lanes of a layout ({names}), and none suits "
                 f"this forest by default; name one with representation= (e.g. "
                 f"representation={lanes[0].name!r})")
-        ranked = lanes or ranked
     return next(c.name for c in ranked if c.suits(forest, precision, cpu_features))
 
 
