@@ -28,6 +28,7 @@ from silvanforge.representations import REGISTRY
 from test_compile import schedules
 from test_forest import random_forests
 from test_representations import forests, random_rows
+from test_vector_walks import complete_forest
 from util import assert_parity, probe_rows, with_nans
 
 # Schedules with constant tree indices, which the code representation runs best.
@@ -80,17 +81,12 @@ def test_wide_rows_walk_in_blocks_that_fit_the_cache(n_features, input_dtype, bl
     # A block of the default schedule is a thread's share of the call, unless fewer than
     # 256 rows fill 256 KiB: then that many (at least 16), each tile of trees walking a
     # block the cache still holds. Every batch end of such blocks stays exact.
-    rng = np.random.default_rng(n_features)
-    n = 2 ** 5 - 1
-    trees = [Tree(left=[2 * i + 1 if 2 * i + 1 < n else -1 for i in range(n)],
-                  right=[2 * i + 2 if 2 * i + 2 < n else -1 for i in range(n)],
-                  feature=rng.integers(0, n_features, n), threshold=rng.normal(size=n),
-                  leaf_value=rng.normal(size=n), default_left=rng.random(n) < 0.5)
-             for _ in range(40)]
-    forest = build_forest(trees, n_features=n_features, n_outputs=1, input_dtype=input_dtype)
+    forest = complete_forest([4] * 40, n_features=n_features, seed=n_features,
+                             input_dtype=input_dtype)
     predictor = silvanforge.compile(forest, representation="code", n_jobs=2)
     first = str(predictor.schedule).splitlines()[0]
     assert first == f"tile(batch, b0, b1, {block if block else 'share'})"
+    rng = np.random.default_rng(n_features)
     rows = with_nans(rng.normal(size=(2 * (block or 20) + 5, n_features)), 0.1,
                      n_features).astype(input_dtype)
     for count in sorted({1, (block or 20) - 1, block or 20, (block or 20) + 1, len(rows)}):

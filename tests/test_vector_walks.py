@@ -106,18 +106,25 @@ def test_vector_walks_for_a_cpu_without_avx512_permute_by_8_and_stay_exact(seed)
                                           expected[:n])
 
 
-def complete_forest(depths: list[int], n_features: int = 3, seed: int = 0):
-    """A float32 forest of complete trees of ``depths`` (random splits, NaN to the left)."""
+def complete_forest(depths: list[int], n_features: int = 3, seed: int = 0,
+                    n_outputs: int = 1, spread: int = 0, **model):
+    """A forest of complete trees of ``depths`` (random splits, NaN to the left; float32
+    unless ``model`` says): tree t adds to output ``t % n_outputs``, its leaves of
+    magnitudes 10**-spread .. 10**spread."""
     rng = np.random.default_rng(seed)
 
-    def tree(depth: int) -> Tree:
+    def tree(t: int, depth: int) -> Tree:
         n = 2 ** (depth + 1) - 1
+        feature, threshold = rng.integers(0, n_features, n), rng.normal(size=n)
+        leaf = rng.normal(size=n)
+        if spread:
+            leaf *= 10.0 ** rng.integers(-spread, spread + 1, n)
         return Tree(left=[2 * i + 1 if 2 * i + 1 < n else -1 for i in range(n)],
                     right=[2 * i + 2 if 2 * i + 2 < n else -1 for i in range(n)],
-                    feature=rng.integers(0, n_features, n), threshold=rng.normal(size=n),
-                    leaf_value=rng.normal(size=n), default_left=True)
-    return build_forest([tree(d) for d in depths], n_features=n_features, n_outputs=1,
-                        input_dtype=np.float32)
+                    feature=feature, threshold=threshold, leaf_value=leaf,
+                    default_left=True, output=t % n_outputs)
+    return build_forest([tree(t, d) for t, d in enumerate(depths)], n_features=n_features,
+                        n_outputs=n_outputs, **{"input_dtype": np.float32, **model})
 
 
 AVX512 = frozenset({"avx512f", "avx2"})
@@ -204,17 +211,8 @@ def test_a_block_of_several_outputs_sums_its_rows_by_output_and_stays_exact(sche
     # group) start from the target's values and go back to it, so each row's sum takes
     # its trees in the reference's order, tiles of trees included. Batches ending in
     # each group of a block.
-    rng = np.random.default_rng(5)
-
-    def tree(t: int) -> Tree:
-        n = 2 ** 6 - 1
-        return Tree(left=[2 * i + 1 if 2 * i + 1 < n else -1 for i in range(n)],
-                    right=[2 * i + 2 if 2 * i + 2 < n else -1 for i in range(n)],
-                    feature=rng.integers(0, 4, n), threshold=rng.normal(size=n),
-                    leaf_value=rng.normal(size=n) * 10.0 ** rng.integers(-6, 6, n),
-                    default_left=True, output=t % 3)
-    forest = build_forest([tree(t) for t in range(14)], n_features=4, n_outputs=3,
-                          base_score=[0.1, 0.2, 0.3], input_dtype=np.float32)
+    forest = complete_forest([5] * 14, n_features=4, seed=5, n_outputs=3, spread=6,
+                             base_score=[0.1, 0.2, 0.3])
     rows = random_rows(forest, 5, 150).astype(np.float32)
     expected = reference.predict(forest, rows, output="margin")
     predictor = silvanforge.compile(forest, schedule=schedule_text, representation="array",

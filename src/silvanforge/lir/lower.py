@@ -465,7 +465,11 @@ class _Lowering:
         else gathered from the rows (clamped to the last row)."""
         n = self.forest.n_features
         iota = ir.Iota(lanes)
-        if self.transposed is None and lanes * n < 2 ** 31:
+        if self.transposed is None:
+            if lanes * n >= 2 ** 31:
+                raise ScheduleError(
+                    f"vector walks read rows in place by 32-bit offsets, {lanes} rows of "
+                    f"fewer than {2 ** 31 // lanes} features; these rows have {n}")
             # 32-bit offsets, never negative (the backend loads a lane at a time by
             # them), from the group's first row or the last row where the group has
             # none: lane i reads row first + min(i, the last row's lane).
@@ -483,10 +487,6 @@ class _Lowering:
                 return ir.Load(self.rows, ir.BinOp("add", start, ir.Cast(
                     ir.BinOp("add", lane_rows, column), ir.I64)))
             return gathered
-        if self.transposed is None:
-            raise ScheduleError(
-                f"vector walks read rows in place by 32-bit offsets, {lanes} rows of fewer "
-                f"than {2 ** 31 // lanes} features; these rows have {n}")
         buf, block_first, columns = self.transposed
         group = ir.BinOp("mul", ir.BinOp("sub", first_row, block_first), ir.i64(columns))
 
@@ -754,26 +754,15 @@ class _Lowering:
                  else ir.i64(0) if self.forest.n_outputs == 1
                  else ir.Cast(ir.Load(self.tree_output, walk.tree), ir.I64))
 
-        def index(row: ir.Expr, k: int) -> ir.Expr:
-            out = first if k == 0 else ir.BinOp("add", first, ir.i64(k))
-            return self.flat_index(op.target, [self.affine(p) for p in op.privatized]
-                                   + [row, out])
+        def output(k: int) -> ir.Expr:  # the target's output of leaf component k
+            return first if k == 0 else ir.BinOp("add", first, ir.i64(k))
 
-        sums = self.sums
-        if walk.lane is not None and sums is not None and op.target == sums.target:
-            values, lane, lanes, _ = walk.lane
-            if lane:  # the group's first lane adds them all
-                return []
-            adds: list[ir.Stmt] = []
-            for k, v in enumerate(values):
-                out = first if k == 0 else ir.BinOp("add", first, ir.i64(k))
-                at = ir.BinOp("add", ir.BinOp("mul", out, ir.i64(sums.rows)),
-                              ir.BinOp("sub", walk.row, sums.base))
-                adds.append(ir.Store(sums.acc, at, ir.BinOp(
-                    "add", ir.VectorLoad(sums.acc, at, lanes), v)))
-            return adds
+        def index(row: ir.Expr, k: int) -> ir.Expr:
+            return self.flat_index(op.target, [self.affine(p) for p in op.privatized]
+                                   + [row, output(k)])
+
         if walk.lane is not None and not op.atomic:
-            return self.reduce_lanes(op, walk, buffer, index)
+            return self.reduce_lanes(op, walk, buffer, index, output)
         stmts: list[ir.Stmt] = []
         loader = self.feature_loader(walk.row)
         for k in range(self.forest.leaf_width):
@@ -791,14 +780,26 @@ class _Lowering:
         return stmts if valid is None else [ir.If(valid, stmts)]
 
     def reduce_lanes(self, op: mir.Reduce, walk: _Walk, buffer: ir.Buffer,
-                     index: Callable[[ir.Expr, int], ir.Expr]) -> list[ir.Stmt]:
+                     index: Callable[[ir.Expr, int], ir.Expr],
+                     output: Callable[[int], ir.Expr]) -> list[ir.Stmt]:
         """A vector walk's group of rows adds its leaf values through its first lane's
-        reduce (the others add nothing): as whole vectors when all its rows exist and
-        each has one output (consecutive in the target), else lane by lane from a local
-        copy, over the rows that exist (one loop, not a test per lane)."""
+        reduce (the others add nothing): to the block's sums by output where the tree
+        loop keeps them (:meth:`lane_sums`; one vector add each); as whole vectors when
+        all its rows exist and each has one output (consecutive in the target); else
+        lane by lane from a local copy, over the rows that exist (one loop, not a test
+        per lane)."""
         values, lane, lanes, full = walk.lane
         if lane:
             return []
+        sums = self.sums
+        if sums is not None and op.target == sums.target:
+            adds: list[ir.Stmt] = []
+            for k, v in enumerate(values):
+                at = ir.BinOp("add", ir.BinOp("mul", output(k), ir.i64(sums.rows)),
+                              ir.BinOp("sub", walk.row, sums.base))
+                adds.append(ir.Store(sums.acc, at, ir.BinOp(
+                    "add", ir.VectorLoad(sums.acc, at, lanes), v)))
+            return adds
         count: ir.Expr = ir.i64(lanes)
         if op.valid is not None:
             count = ir.BinOp("min", count, ir.BinOp("sub", self.bound(op.valid.bound),

@@ -136,9 +136,12 @@ def _function(name: str) -> int:
     return ctypes.cast(getattr(ctypes.pythonapi, name), ctypes.c_void_p).value
 
 
-def _call(builder: lir.IRBuilder, address: int, ret: lir.Type, args: Sequence[Any]) -> Any:
+def _call(builder: lir.IRBuilder, address: int | lir.Value, ret: lir.Type,
+          args: Sequence[Any]) -> Any:
+    """A call of the function at ``address`` (a constant, or an i64 value)."""
     fn_type = lir.FunctionType(ret, [a.type for a in args])
-    callee = builder.inttoptr(_I64(address), fn_type.as_pointer())
+    callee = builder.inttoptr(_I64(address) if isinstance(address, int) else address,
+                              fn_type.as_pointer())
     return builder.call(callee, args)
 
 
@@ -395,9 +398,7 @@ def quick_predict(entry: Callable, zeros: Callable, max_rows: int, finish: int,
         few = builder.icmp_unsigned("<=", n, _I64(max_rows))
         address = builder.select(few, address, _I64(more[0].__self__[0].meth))
         this = builder.select(few, this, out.obj(more[0].__self__))
-    callee = builder.inttoptr(address, lir.FunctionType(
-        _PTR, [_PTR, _PTR.as_pointer(), _I64]).as_pointer())
-    ran = builder.call(callee, [this, argv, _I64(5)])
+    ran = _call(builder, address, _PTR, [this, argv, _I64(5)])
     out.release(count)
     out.fail_if_null(ran, result)
     out.release(ran)
