@@ -18,7 +18,8 @@ Rows: the model's rows in ``../shared/models`` (``NAME.rows.csv``, ``higgs.test.
 ``NAME.random.csv``; the last column, the library's prediction, dropped), else
 ``silvanforge.bench.random_rows``. A call takes the next window of the rows in turn, so
 that calls of a few rows do not repeat one window the branch predictor learns; a call
-bigger than the rows takes shuffled copies of them.
+bigger than the rows takes shuffled copies of them. They are float64 (as CSV rows load)
+unless ``--dtype float32``.
 """
 
 from __future__ import annotations
@@ -90,6 +91,8 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--builds", type=int, default=1)
     parser.add_argument("--options", default='{"representation": "code"}')
+    parser.add_argument("--dtype", default="float64", choices=["float32", "float64"],
+                        help="the rows' type (default float64, as CSV rows load)")
     parser.add_argument("--out")
     args = parser.parse_args(argv)
     predictors: dict[str, list] = {}
@@ -106,7 +109,7 @@ def main(argv=None) -> int:
     for i, v in enumerate(args.variants):
         print(f"[{i}] {v}")
     first = predictors[args.variants[0]][0]
-    X = model_rows(args.model, first.forest)
+    X = model_rows(args.model, first.forest).astype(args.dtype)
     rng = np.random.default_rng(0)
     report = {"model": args.model, "variants": args.variants, "rows": {}}
     for n in args.rows:

@@ -152,10 +152,14 @@ def test_the_default_schedule_vectorizes_array_float32_forests_on_avx512_and_avx
                                   reference.predict(forest, rows, output="margin"))
 
 
-def test_vectorized_padding_keeps_the_array_bound():
-    # Padding the stumps to the deep tree's depth: 10 x 511 slots for 1 x 511 + 9 x 3
-    # nodes, more than 4 slots a node; 3 trees of depth 8 and one of 7 pad within it.
-    assert not vectorizes(complete_forest([8] + [1] * 9), "float32", AVX512)
+def test_vectorized_padding_keeps_the_vector_bound():
+    # Padding the stumps to the deep tree's depth: 31 x 511 slots for 1 x 511 + 30 x 3
+    # nodes, more than 16 slots a node; with 9 stumps 9.5 a node, within it (past the
+    # 4 of walks row by row: vector walks' time follows the padded depth, not slots).
+    assert not vectorizes(complete_forest([8] + [1] * 30), "float32", AVX512)
+    sparse = complete_forest([8] + [1] * 9)
+    assert vectorizes(sparse, "float32", AVX512)
+    assert REGISTRY["array"].suits(sparse, "float32", AVX512)
     assert vectorizes(complete_forest([8, 8, 8, 7]), "float32", AVX512)
 
 
@@ -236,6 +240,56 @@ def test_a_vectorized_forest_of_wide_rows_walks_them_in_place():
     assert "cache(b0)" not in str(vector_schedule(wide))
     assert "cache(b0)" in str(vector_schedule(narrow))
     assert vector_schedule(wide).vectorized
+
+
+def sparse_forest(seed: int, n_trees: int, splits: int, depth: int, n_features: int = 4):
+    """Trees of ``splits`` splits reaching ``depth``: a chain down to it, then random
+    leaves above it split (float32, NaN to the left)."""
+    rng = np.random.default_rng(seed)
+
+    def tree() -> Tree:
+        left, right, level = [-1], [-1], [0]
+        for k in range(splits):
+            open_ = [j for j in range(len(left)) if left[j] < 0 and level[j] < depth]
+            i = open_[-1] if k < depth else int(rng.choice(open_))
+            left[i], right[i] = len(left), len(left) + 1
+            left, right, level = left + [-1, -1], right + [-1, -1], level + [level[i] + 1] * 2
+        n = len(left)
+        return Tree(left=left, right=right, feature=rng.integers(0, n_features, n),
+                    threshold=rng.normal(size=n), leaf_value=rng.normal(size=n),
+                    default_left=True)
+    return build_forest([tree() for _ in range(n_trees)], n_features=n_features,
+                        n_outputs=1, input_dtype=np.float32)
+
+
+def test_sparse_trees_walk_as_vectors_and_a_row_alone_as_code():
+    # Trees of 70 splits in depth 9 pad to 7.3 slots a node: past the 4 of walks row by
+    # row, within the 16 of vector walks (whose time follows the depth), and masks take
+    # at most 63 splits. One row walks only its own paths, as code. Built for
+    # x86-64-v3 (this test's CPU must run AVX2 code).
+    if not Target.named("x86-64-v3").runs_on(Target.host()):
+        pytest.skip("needs a CPU that runs x86-64-v3 code (AVX2)")
+    forest = sparse_forest(5, 6, 70, 9)
+    assert 4 < 6 * 1023 / forest.n_nodes < 16
+    predictor = silvanforge.compile(forest, cpu="x86-64-v3")
+    plan = predictor.plan
+    assert (plan.representation, plan.small_representation, plan.small_batch) == \
+        ("array", "code", 1)
+    assert plan.schedule.vectorized and "one row, as code:" in str(plan)
+    rows = random_rows(forest, 3, 40)
+    for n in (1, 2, 17, 40):
+        np.testing.assert_array_equal(predictor.predict(rows[:n], output="margin"),
+                                      reference.predict(forest, rows[:n], output="margin"))
+
+
+def test_rows_of_a_page_or_more_are_copied_whatever_their_levels():
+    # 1024 float32 features (4 KiB) for 8 levels walked: copied (in place, each lane's
+    # values come from lines of rows pages apart); 1023 are read in place; float64 rows
+    # reach a page at 512 features.
+    assert "cache(b0)" in str(vector_schedule(complete_forest([4, 4], n_features=1024)))
+    assert "cache(b0)" not in str(vector_schedule(complete_forest([4, 4], n_features=1023)))
+    wide64 = complete_forest([4, 4], n_features=512, input_dtype=np.float64)
+    assert "cache(b0)" in str(vector_schedule(wide64))
 
 
 def test_a_row_copy_past_the_stack_bound_is_refused_and_never_a_default():

@@ -204,6 +204,8 @@ class Plan:
             lines.append(f"kernels built at once for outputs: {', '.join(self.outputs)}")
         if self.small_schedule:
             layout = f", as {self.small_representation}" if self.small_representation else ""
-            lines += [f"batches of up to {self.small_batch} rows{layout}:"] + [
+            rows = "one row" if self.small_batch == 1 else \
+                f"batches of up to {self.small_batch} rows"
+            lines += [f"{rows}{layout}:"] + [
                 f"  {line}" for line in str(self.small_schedule).splitlines()]
         return "\n".join(lines)

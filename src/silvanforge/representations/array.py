@@ -29,12 +29,13 @@ import numpy as np
 
 from ..errors import ScheduleError, UnsupportedModelError
 from ..lir import ir
-from ..lir.lower import MAX_IN_PLACE_FEATURES
+from ..lir.lower import MAX_IN_PLACE_FEATURES, MAX_ROW_COPY_BYTES
 from ..model.forest import Forest
 from ..schedule import Schedule, named
+from ..schedule.library import VECTOR_BLOCK
 from .mask import MaskRepresentation, vector_ready
 from . import decision, leaves
-from .base import FeatureLoader, register
+from .base import REGISTRY, FeatureLoader, register
 from .tables import ConsecutiveTrees, TableRepresentation
 
 MAX_SLOTS = 1 << 24
@@ -44,24 +45,33 @@ WINDOW_PAD = 16
 
 
 # The planner picks this layout while padding trees to complete binary trees costs at
-# most this many slots a node (docs/ARCHITECTURE.md, "Default choices").
+# most this many slots a node (docs/ARCHITECTURE.md, "Default choices")...
 MAX_ARRAY_PADDING = 4
-# Vector walks copy a block's rows only up to this many features (64 rows of them take
-# 256 KiB of a thread's stack; the lowering refuses copies past 1 MiB).
-MAX_COPIED_FEATURES = 1024
-# ... and while rows have at most this many features for each level a row's walks take:
-# the copy, 16 x 16 blocks transposed in registers, pays for itself from there down
-# (bosch-like, 1.2 features a level: 0.60-1.05x the time of reading rows in place;
-# 1.7: 0.73-1.05; 3.3: 0.99-1.14; docs/ARCHITECTURE.md "The row copy").
+# ... or, where its walks are vector walks (`vectorizes`), while padding every tree to the
+# deepest's depth costs at most this many: a vector walk's time follows the padded depth
+# (a shallower tree skips the levels below its own), not the padded slots, and even
+# sparse trees walk branch-free faster than as code (XGBoost forests of 4.3-11.7 slots
+# a node: 0.20-0.60x code's time from 16 rows; docs/ARCHITECTURE.md "Default choices").
+MAX_VECTOR_PADDING = 16
+# Vector walks copy a block's rows while they have at most this many features for each
+# level a row's walks take: the copy, 16 x 16 blocks transposed in registers, pays for
+# itself from there down (bosch-like, 1.2 features a level: 0.60-1.05x the time of
+# reading rows in place; 1.7: 0.73-1.05; 3.3: 0.99-1.14; docs/ARCHITECTURE.md "The row
+# copy")...
 COPIED_FEATURES_A_LEVEL = 1.5
+# ... and, whatever their levels, rows of at least this many bytes (a page): walks in
+# place would read each lane's values from lines of pages apart, fetched one lane at a
+# time, which the copy streams in order (epsilon-like, 2000 float32 features, 2.5 a
+# level: 0.37-0.44x the time of reading in place at 16-16384 rows).
+COPIED_ROW_BYTES = 4096
 
 
 def vectorizes(forest: Forest, precision: str, cpu_features: frozenset[str]) -> bool:
     """Whether the planner gives ``forest`` the ``vector`` schedule (16 rows as the lanes
     of one walk; docs/ARCHITECTURE.md "Vector walks"): array tables at float32 on a CPU
     with AVX-512 or AVX2 (whose permutes read the levels' windows), while padding every
-    tree to the deepest's depth keeps the padding bound, for rows the walks can read in
-    place (:data:`~silvanforge.lir.lower.MAX_IN_PLACE_FEATURES`).
+    tree to the deepest's depth keeps :data:`MAX_VECTOR_PADDING`, for rows the walks can
+    read in place (:data:`~silvanforge.lir.lower.MAX_IN_PLACE_FEATURES`).
 
     >>> vectorizes(forest, "float32", frozenset({"avx2"}))      # doctest: +SKIP
     True
@@ -70,16 +80,27 @@ def vectorizes(forest: Forest, precision: str, cpu_features: frozenset[str]) -> 
             or forest.n_features > MAX_IN_PLACE_FEATURES:
         return False
     slots = forest.n_trees * (2 ** (int(forest.tree_depths.max()) + 1) - 1)
-    return slots <= MAX_ARRAY_PADDING * forest.n_nodes
+    return slots <= min(MAX_VECTOR_PADDING * forest.n_nodes, MAX_SLOTS)
+
+
+def _sparse(forest: Forest) -> bool:
+    """Whether padding each tree to a complete one of its depth passes
+    :data:`MAX_ARRAY_PADDING` slots a node."""
+    slots = sum(2 ** (int(d) + 1) - 1 for d in forest.tree_depths)
+    return slots > MAX_ARRAY_PADDING * forest.n_nodes
 
 
 def copies_rows(forest: Forest) -> bool:
     """Whether vector walks of ``forest`` copy a block's rows transposed first: when
     they have at most :data:`COPIED_FEATURES_A_LEVEL` features for each level a row's
-    walks take (docs/ARCHITECTURE.md "Vector walks", "The row copy"), and at most
-    :data:`MAX_COPIED_FEATURES` of them (the copy is on the thread's stack)."""
+    walks take or are at least :data:`COPIED_ROW_BYTES` wide (docs/ARCHITECTURE.md
+    "Vector walks", "The row copy"), and a block's copy fits
+    :data:`~silvanforge.lir.lower.MAX_ROW_COPY_BYTES` (it is on the thread's stack)."""
+    row_bytes = forest.n_features * forest.input_dtype.itemsize
     levels = forest.n_trees * int(forest.tree_depths.max())
-    return forest.n_features <= min(MAX_COPIED_FEATURES, COPIED_FEATURES_A_LEVEL * levels)
+    return VECTOR_BLOCK * row_bytes <= MAX_ROW_COPY_BYTES and (
+        forest.n_features <= COPIED_FEATURES_A_LEVEL * levels
+        or row_bytes >= COPIED_ROW_BYTES)
 
 
 def level_positions(forest: Forest) -> np.ndarray:
@@ -179,14 +200,25 @@ class ArrayRepresentation(LevelOrderRepresentation, ConsecutiveTrees):
     @classmethod
     def suits(cls, forest: Forest, precision: str, cpu_features: frozenset[str]) -> bool:
         # Walks of known depth are branch-free and fastest on near-complete trees, while
-        # padding them stays within MAX_ARRAY_PADDING slots a node; but where they would
-        # go row by row (float64 compares, LightGBM's), masks with rows as lanes are
-        # faster on the trees they take (docs/ARCHITECTURE.md "Default choices").
-        slots = sum(2 ** (int(d) + 1) - 1 for d in forest.tree_depths)
-        return slots <= MAX_ARRAY_PADDING * forest.n_nodes and (
-            vectorizes(forest, precision, cpu_features)
-            or not MaskRepresentation.suits(forest, precision, cpu_features)
-            or not vector_ready(forest, precision))
+        # padding them stays within MAX_ARRAY_PADDING slots a node; vector walks up to
+        # MAX_VECTOR_PADDING, past it where masks would not walk the forest's rows as
+        # lanes (they are faster on the trees they take then); and where walks would go
+        # row by row (float64 compares, LightGBM's), masks with rows as lanes are faster
+        # on the trees they take (docs/ARCHITECTURE.md "Default choices").
+        vector, sparse = vectorizes(forest, precision, cpu_features), _sparse(forest)
+        if vector != sparse:
+            return vector
+        return not (MaskRepresentation.suits(forest, precision, cpu_features)
+                    and vector_ready(forest, precision))
+
+    @classmethod
+    def small_batch_layout(cls, forest: Forest, precision: str,
+                           cpu_features: frozenset[str]) -> tuple[str, int] | None:
+        # One row of trees past MAX_ARRAY_PADDING walks only its own paths as code (a
+        # row walked alone pads every tree to its own depth here).
+        if _sparse(forest) and REGISTRY["code"].suits(forest, precision, cpu_features):
+            return "code", 1
+        return None
 
     @classmethod
     def default_schedule(cls, forest: Forest, precision: str,
