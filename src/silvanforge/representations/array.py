@@ -53,6 +53,9 @@ MAX_ARRAY_PADDING = 4
 # sparse trees walk branch-free faster than as code (XGBoost forests of 4.3-11.7 slots
 # a node: 0.20-0.60x code's time from 16 rows; docs/ARCHITECTURE.md "Default choices").
 MAX_VECTOR_PADDING = 16
+# ... with code for calls of at most this many rows (epsilon-like, 8 rows: vector walks
+# 1.6-1.9x code's time; one row: the array walks' small-batch kernel 1.2-1.5x).
+SPARSE_CODE_ROWS = 8
 # Vector walks copy a block's rows while they have at most this many features for each
 # level a row's walks take: the copy, 16 x 16 blocks transposed in registers, pays for
 # itself from there down (bosch-like, 1.2 features a level: 0.60-1.05x the time of
@@ -214,10 +217,11 @@ class ArrayRepresentation(LevelOrderRepresentation, ConsecutiveTrees):
     @classmethod
     def small_batch_layout(cls, forest: Forest, precision: str,
                            cpu_features: frozenset[str]) -> tuple[str, int] | None:
-        # One row of trees past MAX_ARRAY_PADDING walks only its own paths as code (a
-        # row walked alone pads every tree to its own depth here).
+        # A few rows of trees past MAX_ARRAY_PADDING walk only their own paths as code:
+        # here a row walked alone pads every tree to its own depth, and a vector walk
+        # of fewer than 16 rows leaves lanes idle.
         if _sparse(forest) and REGISTRY["code"].suits(forest, precision, cpu_features):
-            return "code", 1
+            return "code", SPARSE_CODE_ROWS
         return None
 
     @classmethod
