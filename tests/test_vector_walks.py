@@ -290,6 +290,10 @@ def test_rows_of_a_page_or_more_are_copied_whatever_their_levels():
     assert "cache(b0)" not in str(vector_schedule(complete_forest([4, 4], n_features=1023)))
     wide64 = complete_forest([4, 4], n_features=512, input_dtype=np.float64)
     assert "cache(b0)" in str(vector_schedule(wide64))
+    # A default copy keeps half the stack bound (the calling thread walks a block too):
+    # 64 rows of 2048 float32 features, 512 KiB; 2049 are read in place.
+    assert "cache(b0)" in str(vector_schedule(complete_forest([4, 4], n_features=2048)))
+    assert "cache(b0)" not in str(vector_schedule(complete_forest([4, 4], n_features=2049)))
 
 
 def test_a_row_copy_past_the_stack_bound_is_refused_and_never_a_default():

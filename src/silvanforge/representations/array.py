@@ -51,7 +51,7 @@ MAX_ARRAY_PADDING = 4
 # deepest's depth costs at most this many: a vector walk's time follows the padded depth
 # (a shallower tree skips the levels below its own), not the padded slots, and even
 # sparse trees walk branch-free faster than as code (XGBoost forests of 4.3-11.7 slots
-# a node: 0.20-0.60x code's time from 16 rows; docs/ARCHITECTURE.md "Default choices").
+# a node: 0.18-0.50x code's time from 64 rows; docs/ARCHITECTURE.md "Sparse trees").
 MAX_VECTOR_PADDING = 16
 # ... with code for calls of at most this many rows (epsilon-like, 8 rows: vector walks
 # 1.6-1.9x code's time; one row: the array walks' small-batch kernel 1.2-1.5x).
@@ -67,6 +67,9 @@ COPIED_FEATURES_A_LEVEL = 1.5
 # time, which the copy streams in order (epsilon-like, 2000 float32 features, 2.5 a
 # level: 0.37-0.44x the time of reading in place at 16-16384 rows).
 COPIED_ROW_BYTES = 4096
+# A default copy takes at most this much of a thread's stack, half the lowering's bound:
+# the calling thread walks a block too (docs/DEPLOY.md "Threads"). 2048 float32 features.
+DEFAULT_COPY_BYTES = MAX_ROW_COPY_BYTES // 2
 
 
 def vectorizes(forest: Forest, precision: str, cpu_features: frozenset[str]) -> bool:
@@ -98,10 +101,10 @@ def copies_rows(forest: Forest) -> bool:
     they have at most :data:`COPIED_FEATURES_A_LEVEL` features for each level a row's
     walks take or are at least :data:`COPIED_ROW_BYTES` wide (docs/ARCHITECTURE.md
     "Vector walks", "The row copy"), and a block's copy fits
-    :data:`~silvanforge.lir.lower.MAX_ROW_COPY_BYTES` (it is on the thread's stack)."""
+    :data:`DEFAULT_COPY_BYTES` (it is on the thread's stack)."""
     row_bytes = forest.n_features * forest.input_dtype.itemsize
     levels = forest.n_trees * int(forest.tree_depths.max())
-    return VECTOR_BLOCK * row_bytes <= MAX_ROW_COPY_BYTES and (
+    return VECTOR_BLOCK * row_bytes <= DEFAULT_COPY_BYTES and (
         forest.n_features <= COPIED_FEATURES_A_LEVEL * levels
         or row_bytes >= COPIED_ROW_BYTES)
 
@@ -203,11 +206,11 @@ class ArrayRepresentation(LevelOrderRepresentation, ConsecutiveTrees):
     @classmethod
     def suits(cls, forest: Forest, precision: str, cpu_features: frozenset[str]) -> bool:
         # Walks of known depth are branch-free and fastest on near-complete trees, while
-        # padding them stays within MAX_ARRAY_PADDING slots a node; vector walks up to
-        # MAX_VECTOR_PADDING, past it where masks would not walk the forest's rows as
-        # lanes (they are faster on the trees they take then); and where walks would go
-        # row by row (float64 compares, LightGBM's), masks with rows as lanes are faster
-        # on the trees they take (docs/ARCHITECTURE.md "Default choices").
+        # padding them stays within MAX_ARRAY_PADDING slots a node, vector walks within
+        # MAX_VECTOR_PADDING; but past the first only where masks would not walk the
+        # forest's rows as lanes, and where walks would go row by row (float64 compares,
+        # LightGBM's) only then too: masks with rows as lanes are faster on the trees
+        # they take (docs/ARCHITECTURE.md "Default choices").
         vector, sparse = vectorizes(forest, precision, cpu_features), _sparse(forest)
         if vector != sparse:
             return vector
