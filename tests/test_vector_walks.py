@@ -20,7 +20,8 @@ from silvanforge.model.forest import (MISSING_NAN, MISSING_NONE, MISSING_ZERO, O
 from silvanforge.backends.cpu import Target
 from silvanforge.representations import REGISTRY
 from silvanforge.lir.lower import MAX_IN_PLACE_FEATURES
-from silvanforge.representations.array import SPARSE_CODE_ROWS, vectorizes
+from silvanforge.representations.array import SPARSE_CODE_ROWS, SPARSE_CODE_SPLITS, vectorizes
+from silvanforge.plan.planner import make_plan
 from silvanforge.schedule import Schedule
 
 from test_representations import random_rows, random_tree
@@ -280,6 +281,16 @@ def test_sparse_trees_walk_as_vectors_and_a_row_alone_as_code():
     for n in (1, SPARSE_CODE_ROWS, SPARSE_CODE_ROWS + 1, 17, 40):
         np.testing.assert_array_equal(predictor.predict(rows[:n], output="margin"),
                                       reference.predict(forest, rows[:n], output="margin"))
+
+
+def test_sparse_forests_of_many_splits_keep_the_array_walks_for_a_few_rows():
+    # Code for a few rows would add seconds of compile past SPARSE_CODE_SPLITS.
+    small, big = sparse_forest(6, 2, 70, 9), sparse_forest(6, SPARSE_CODE_SPLITS // 70 + 1,
+                                                             70, 9)
+    assert make_plan(small, cpu="x86-64-v3").small_representation == "code"
+    plan = make_plan(big, cpu="x86-64-v3")
+    assert plan.representation == "array" and plan.schedule.vectorized
+    assert plan.small_representation is None and plan.small_batch == 8
 
 
 def test_rows_of_a_page_or_more_are_copied_whatever_their_levels():
