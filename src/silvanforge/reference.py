@@ -126,11 +126,20 @@ def tree_sums(f: Forest, X: np.ndarray) -> np.ndarray:
         rows = X[start:start + chunk]
         values = leaf_values(f, rows, global_leaves(f, rows))
         if f.leaf_width == f.n_outputs and f.leaf_width > 1:
-            margin[start:start + chunk] = values.sum(axis=1)
+            margin[start:start + chunk] = _in_tree_order(values)
         else:
             for k in range(f.n_outputs):
-                margin[start:start + chunk, k] = values[:, f.tree_output == k, 0].sum(axis=1)
+                margin[start:start + chunk, k] = _in_tree_order(values[:, f.tree_output == k, 0])
     return margin
+
+
+def _in_tree_order(values: np.ndarray) -> np.ndarray:
+    """The sums over axis 1, added in tree order: ``sum`` pairs the terms where it
+    reduces a contiguous axis (one row's values), so one row's sum could differ in its
+    last bits from the same row's in a batch."""
+    if values.shape[1] == 0:
+        return np.zeros(values.shape[:1] + values.shape[2:])
+    return values.cumsum(axis=1)[:, -1]
 
 
 def predict(forest: Forest, X: Any, output: str = "value") -> np.ndarray:

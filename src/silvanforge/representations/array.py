@@ -56,9 +56,8 @@ MAX_VECTOR_PADDING = 16
 # ... with code for calls of at most this many rows (epsilon-like, 8 rows: vector walks
 # 1.6-1.9x code's time; one row: the array walks' small-batch kernel 1.2-1.5x).
 SPARSE_CODE_ROWS = 8
-# ... in forests of at most this many splits: code compiles in ~0.1 s a 1000 splits, and
-# past this the array walks' small-batch kernel serves those calls (mask's bound on
-# AVX-512, `mask.CODE_ROWS`).
+# ... in forests of at most this many splits (mask's bound on AVX-512, `mask.CODE_ROWS`):
+# code compiles in ~0.1 s a 1000 splits, so past it sparse tables serve those calls.
 SPARSE_CODE_SPLITS = 10_000
 # Vector walks copy a block's rows while they have at most this many features for each
 # level a row's walks take: the copy, 16 x 16 blocks transposed in registers, pays for
@@ -224,13 +223,14 @@ class ArrayRepresentation(LevelOrderRepresentation, ConsecutiveTrees):
     @classmethod
     def small_batch_layout(cls, forest: Forest, precision: str,
                            cpu_features: frozenset[str]) -> tuple[str, int] | None:
-        # A few rows of trees past MAX_ARRAY_PADDING walk only their own paths as code:
-        # here a row walked alone pads every tree to its own depth, and a vector walk
-        # of fewer than 16 rows leaves lanes idle.
-        if _sparse(forest) and REGISTRY["code"].suits(forest, precision, cpu_features) \
-                and int((~forest.is_leaf).sum()) <= SPARSE_CODE_SPLITS:
-            return "code", SPARSE_CODE_ROWS
-        return None
+        # A few rows of trees past MAX_ARRAY_PADDING walk only their own paths, as code
+        # or in sparse tables: here a row walked alone pads every tree to its own
+        # depth, and a vector walk of fewer than 16 rows leaves lanes idle.
+        if not _sparse(forest):
+            return None
+        code = REGISTRY["code"].suits(forest, precision, cpu_features) \
+            and int((~forest.is_leaf).sum()) <= SPARSE_CODE_SPLITS
+        return "code" if code else "sparse", SPARSE_CODE_ROWS
 
     @classmethod
     def default_schedule(cls, forest: Forest, precision: str,
