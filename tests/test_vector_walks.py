@@ -319,15 +319,20 @@ def test_rows_of_a_page_or_more_are_copied_whatever_their_levels():
     wide64 = complete_forest([4, 4], n_features=512, input_dtype=np.float64)
     assert "cache(b0)" in str(vector_schedule(wide64))
     # A default copy keeps half the stack bound (the calling thread walks a block too):
-    # 64 rows of 2048 float32 features, 512 KiB; 2049 are read in place.
-    assert "cache(b0)" in str(vector_schedule(complete_forest([4, 4], n_features=2048)))
-    assert "cache(b0)" not in str(vector_schedule(complete_forest([4, 4], n_features=2049)))
+    # 64 rows of 2048 float32 features, 512 KiB; wider rows in blocks of fewer rows
+    # (whole vectors of 16), past 8192 features read in place.
+    for features, rows in [(2048, 64), (2049, 48), (4096, 32), (4097, 16), (8192, 16)]:
+        text = str(vector_schedule(complete_forest([4, 4], n_features=features)))
+        assert "cache(b0)" in text and f"tile(batch, b0, b1, {rows})" in text
+    text = str(vector_schedule(complete_forest([4, 4], n_features=8193)))
+    assert "cache(b0)" not in text and "tile(batch, b0, b1, 64)" in text
 
 
 def test_a_row_copy_past_the_stack_bound_is_refused_and_never_a_default():
-    # 64 rows of 5000 float32 features: 1.28 MB on each thread's stack.
+    # 64 rows of 5000 float32 features: 1.28 MB on each thread's stack (the default
+    # copies 16 of them).
     forest = complete_forest([8] * 30, n_features=5000)
-    assert "cache(b0)" not in str(vector_schedule(forest))
+    assert "tile(batch, b0, b1, 16)" in str(vector_schedule(forest))
     with pytest.raises(ScheduleError, match="stack"):
         silvanforge.compile(forest, schedule=schedule(64, True), representation="array",
                             precision="float32")

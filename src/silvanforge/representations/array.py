@@ -33,6 +33,7 @@ from ..lir.lower import MAX_IN_PLACE_FEATURES, MAX_ROW_COPY_BYTES
 from ..model.forest import Forest
 from ..schedule import Schedule, named
 from ..schedule.library import VECTOR_BLOCK
+from ..schedule.schedule import VECTOR_LANES
 from .mask import MaskRepresentation, vector_ready
 from . import decision, leaves
 from .base import REGISTRY, FeatureLoader, register
@@ -103,13 +104,22 @@ def copies_rows(forest: Forest) -> bool:
     """Whether vector walks of ``forest`` copy a block's rows transposed first: when
     they have at most :data:`COPIED_FEATURES_A_LEVEL` features for each level a row's
     walks take or are at least :data:`COPIED_ROW_BYTES` wide (docs/ARCHITECTURE.md
-    "Vector walks", "The row copy"), and a block's copy fits
+    "Vector walks", "The row copy"), and a block of them fits
     :data:`DEFAULT_COPY_BYTES` (it is on the thread's stack)."""
     row_bytes = forest.n_features * forest.input_dtype.itemsize
     levels = forest.n_trees * int(forest.tree_depths.max())
-    return VECTOR_BLOCK * row_bytes <= DEFAULT_COPY_BYTES and (
+    return copied_block(forest) > 0 and (
         forest.n_features <= COPIED_FEATURES_A_LEVEL * levels
         or row_bytes >= COPIED_ROW_BYTES)
+
+
+def copied_block(forest: Forest) -> int:
+    """The rows of a vector walks' block whose copy fits :data:`DEFAULT_COPY_BYTES`:
+    :data:`~silvanforge.schedule.library.VECTOR_BLOCK`, else fewer for wide rows (whole
+    vectors of 16), 0 where not even one vector's rows fit."""
+    row_bytes = forest.n_features * forest.input_dtype.itemsize
+    fit = DEFAULT_COPY_BYTES // max(row_bytes, 1) // VECTOR_LANES * VECTOR_LANES
+    return min(VECTOR_BLOCK, fit)
 
 
 def level_positions(forest: Forest) -> np.ndarray:
@@ -236,7 +246,9 @@ class ArrayRepresentation(LevelOrderRepresentation, ConsecutiveTrees):
     def default_schedule(cls, forest: Forest, precision: str,
                          cpu_features: frozenset[str]) -> Schedule:
         if vectorizes(forest, precision, cpu_features):
-            return named("vector", forest.n_trees, cache=copies_rows(forest))
+            if copies_rows(forest):
+                return named("vector", forest.n_trees, rows=copied_block(forest))
+            return named("vector", forest.n_trees, cache=False)
         return super().default_schedule(forest, precision, cpu_features)
 
     def __init__(self, forest: Forest, precision: str = "float64",
