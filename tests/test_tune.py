@@ -329,6 +329,22 @@ def test_vector_walks_are_shortlisted_for_array_forests_and_exact(xgb_model):
                                                                     output="margin"))
 
 
+def test_vector_walks_of_wide_rows_are_shortlisted_in_compiles_copied_blocks():
+    # 5000 float32 features: a copy of 64 rows would pass the stack bound; compile's
+    # default copies 16 a block, and so does the tuner's point.
+    from test_vector_walks import complete_forest
+    forest = complete_forest([3, 3], n_features=5000)
+    vector = [p for p in heuristic.shortlist(forest, 64, n_jobs=1)
+              if p["order"] == "row_vectors"]
+    assert [(p["block"], p["cache"]) for p in vector] == [(16, True)]
+    text, options = space.render(vector[0], forest.n_trees)
+    rows = np.random.default_rng(0).normal(size=(40, 5000)).astype(np.float32)
+    predictor = silvanforge.compile(forest, schedule=text, n_jobs=1, **options)
+    np.testing.assert_array_equal(predictor.predict(rows, output="margin"),
+                                  silvanforge.reference.predict(forest, rows,
+                                                                output="margin"))
+
+
 def test_vector_walks_of_masks_are_shortlisted_cached_and_exact():
     # Skewed LightGBM trees of up to 31 leaves: masks, whose vector walks read the
     # block's rows prepared (always cached: the toggled copy is no refinement of theirs).
