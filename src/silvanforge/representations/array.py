@@ -72,7 +72,8 @@ COPIED_FEATURES_A_LEVEL = 1.5
 # level: 0.37-0.44x the time of reading in place at 16-16384 rows).
 COPIED_ROW_BYTES = 4096
 # A default copy takes at most this much of a thread's stack, half the lowering's bound:
-# the calling thread walks a block too (docs/DEPLOY.md "Threads"). 2048 float32 features.
+# the calling thread walks a block too (docs/DEPLOY.md "Threads"): 64 rows of 2048 float32
+# features, fewer rows of wider ones (`copied_block`).
 DEFAULT_COPY_BYTES = MAX_ROW_COPY_BYTES // 2
 
 
