@@ -244,6 +244,11 @@ class Forest:
         return self.n_nodes - self.n_leaves
 
     @property
+    def row_bytes(self) -> int:
+        """The bytes of one row of inputs, in ``input_dtype``."""
+        return self.n_features * self.input_dtype.itemsize
+
+    @property
     def leaf_width(self) -> int:
         return self.leaf_value.shape[1]
 

@@ -29,8 +29,6 @@ import itertools
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
-import numpy as np
-
 from ..errors import InputError
 from ..lir.gpu import MAX_BLOCK_THREADS, SHARED_BUDGET
 from ..model.forest import Forest
@@ -125,7 +123,7 @@ def canonical(point: dict[str, Any], forest: Forest,
     threads = _ceil(T, _ceil(T, min(point["tree_threads"], T)))
     if _ceil(rows, per_thread) * threads > device.max_block_threads:
         return None
-    row_bytes = rows * forest.n_features * np.dtype(forest.input_dtype).itemsize
+    row_bytes = rows * forest.row_bytes
     return {**point, "rows_per_thread": per_thread, "tree_threads": threads,
             "interleave": min(point["interleave"], _ceil(T, threads)),
             "shared_reduce": point["shared_reduce"] and threads > 1,

@@ -107,20 +107,25 @@ def copies_rows(forest: Forest) -> bool:
     walks take or are at least :data:`COPIED_ROW_BYTES` wide (docs/ARCHITECTURE.md
     "Vector walks", "The row copy"), and a block of them fits
     :data:`DEFAULT_COPY_BYTES` (it is on the thread's stack)."""
-    row_bytes = forest.n_features * forest.input_dtype.itemsize
     levels = forest.n_trees * int(forest.tree_depths.max())
     return copied_block(forest) > 0 and (
         forest.n_features <= COPIED_FEATURES_A_LEVEL * levels
-        or row_bytes >= COPIED_ROW_BYTES)
+        or forest.row_bytes >= COPIED_ROW_BYTES)
 
 
 def copied_block(forest: Forest) -> int:
     """The rows of a vector walks' block whose copy fits :data:`DEFAULT_COPY_BYTES`:
     :data:`~silvanforge.schedule.library.VECTOR_BLOCK`, else fewer for wide rows (whole
     vectors of 16), 0 where not even one vector's rows fit."""
-    row_bytes = forest.n_features * forest.input_dtype.itemsize
-    fit = DEFAULT_COPY_BYTES // max(row_bytes, 1) // VECTOR_LANES * VECTOR_LANES
+    fit = DEFAULT_COPY_BYTES // max(forest.row_bytes, 1) // VECTOR_LANES * VECTOR_LANES
     return min(VECTOR_BLOCK, fit)
+
+
+def vector_block(forest: Forest) -> int:
+    """The rows of a block of the vector walks' default schedule: :func:`copied_block`
+    where it copies them (:func:`copies_rows`), else
+    :data:`~silvanforge.schedule.library.VECTOR_BLOCK`."""
+    return copied_block(forest) if copies_rows(forest) else VECTOR_BLOCK
 
 
 def level_positions(forest: Forest) -> np.ndarray:
@@ -240,16 +245,15 @@ class ArrayRepresentation(LevelOrderRepresentation, ConsecutiveTrees):
         if not _sparse(forest):
             return None
         code = REGISTRY["code"].suits(forest, precision, cpu_features) \
-            and int((~forest.is_leaf).sum()) <= SPARSE_CODE_SPLITS
+            and forest.n_internal <= SPARSE_CODE_SPLITS
         return "code" if code else "sparse", SPARSE_CODE_ROWS
 
     @classmethod
     def default_schedule(cls, forest: Forest, precision: str,
                          cpu_features: frozenset[str]) -> Schedule:
         if vectorizes(forest, precision, cpu_features):
-            if copies_rows(forest):
-                return named("vector", forest.n_trees, rows=copied_block(forest))
-            return named("vector", forest.n_trees, cache=False)
+            return named("vector", forest.n_trees, rows=vector_block(forest),
+                         cache=copies_rows(forest))
         return super().default_schedule(forest, precision, cpu_features)
 
     def __init__(self, forest: Forest, precision: str = "float64",

@@ -113,8 +113,7 @@ class CodeRepresentation(SparseRepresentation):
         # A block is a thread's share of the call, unless rows are so wide that fewer
         # than WIDE_ROW_BLOCK of them fill CODE_BLOCK_BYTES: then that many, so the
         # block stays in the cache while each tile of trees walks it.
-        row_bytes = max(1, forest.n_features) * np.dtype(forest.input_dtype).itemsize
-        rows = CODE_BLOCK_BYTES // row_bytes
+        rows = CODE_BLOCK_BYTES // max(1, forest.row_bytes)
         if rows < WIDE_ROW_BLOCK:
             return named("code_rows", forest.n_trees, rows=max(16, rows))
         return named("code_rows", forest.n_trees)

@@ -25,7 +25,7 @@ from typing import Any, Sequence
 
 from ..model.forest import Forest
 from ..plan.planner import MIN_ROWS_PER_THREAD, SMALL_BATCH
-from ..representations.array import copied_block, copies_rows
+from ..representations.array import copies_rows, vector_block
 from ..representations import REGISTRY
 from ..schedule.library import CODE_TREE_TILE, SMALL_TREE_TILE, VECTOR_BLOCK, XGBOOST_BLOCK
 from ..schedule.schedule import SHARE
@@ -143,11 +143,10 @@ def shortlist(forest: Forest, batch: int, n_jobs: int) -> list[dict[str, Any]]:
         # leaders' refinements below are for the scalar orders' axes. Layouts whose
         # walks read prepared rows (mask) always cache the block; copied rows too wide
         # for 64 rows on the stack take compile's smaller blocks.
-        copies = copies_rows(forest)
         out += [{"order": "row_vectors",
-                 "block": VECTOR_BLOCK if REGISTRY[rep].prepares_rows or not copies
-                 else copied_block(forest),
-                 "cache": REGISTRY[rep].prepares_rows or copies,
+                 "block": VECTOR_BLOCK if REGISTRY[rep].prepares_rows
+                 else vector_block(forest),
+                 "cache": REGISTRY[rep].prepares_rows or copies_rows(forest),
                  "threads": threads_for(batch, n_jobs), "representation": rep}
                 for rep in dict.fromkeys(p["representation"] for p in out)
                 if REGISTRY[rep].vector_walks]
