@@ -262,5 +262,5 @@ class _ExampleForest:
 
     n_trees: int = 100
     n_features: int = 28
-    input_dtype: str = "float32"
+    row_bytes: int = 28 * 4  # float32 inputs
     max_depth: int = 6
