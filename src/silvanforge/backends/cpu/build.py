@@ -44,9 +44,12 @@ class BuildError(RuntimeError):
 BUILDS_PER_WORKER = 100
 #: The instruction selector is a process-wide LLVM option, read when a module is
 #: emitted: it is set, and the module emitted, under this lock. It is touched only once a
-#: build asks for the fast one, so a process that never does keeps LLVM's default.
+#: build asks for the fast one, so a process that never does keeps LLVM's default. The
+#: same builds skip the machine instruction scheduler (``-enable-misched``, process-wide
+#: too): a fifth of the fast selector's code generation time, and trees as code ran the
+#: same without it (docs/ARCHITECTURE.md, "Compiling big kernels").
 _ISEL_LOCK = threading.Lock()
-_FAST_ISEL = [False]  # what the option was last set to (LLVM's default: off above O0)
+_FAST_ISEL = [False]  # what the options were last set for (LLVM's default: off above O0)
 #: The passes a module of functions without loops gets instead of its level's whole
 #: pipeline (:meth:`ParallelBuild.submit`; a big kernel's outlined pieces: trees as
 #: code). The loop, inlining and module-wide passes have nothing to do there; what the
@@ -117,7 +120,7 @@ def build_object(text: str, triple: str, cpu: str, features: str, opt: int,
     with megabytes of constants takes seconds). ``pic``: position-independent code for
     a shared library (an exported one, :mod:`silvanforge.export`), else code for the
     JIT. ``fast_isel``: LLVM's fast instruction selector at any level (what level 0
-    uses; see :data:`_ISEL_LOCK`). ``passes``: the optimisation passes to run (names of
+    uses), and no machine scheduler (see :data:`_ISEL_LOCK`). ``passes``: the optimisation passes to run (names of
     llvmlite's ``add_<name>_pass``, e.g. :data:`STRAIGHT_PASSES`) instead of the level's
     pipeline, where this llvmlite has them all. A triple of another architecture than
     this machine's is built too.
@@ -148,6 +151,7 @@ def build_object(text: str, triple: str, cpu: str, features: str, opt: int,
     with _ISEL_LOCK:
         if fast_isel != _FAST_ISEL[0]:
             llvm.set_option("", f"-fast-isel={'true' if fast_isel else 'false'}")
+            llvm.set_option("", f"-enable-misched={'false' if fast_isel else 'true'}")
             _FAST_ISEL[0] = fast_isel
         obj = machine.emit_object(module)
     return obj, str(module) if keep_ir else ""
