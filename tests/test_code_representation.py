@@ -11,6 +11,7 @@ representation exact however small the pieces.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import numpy as np
@@ -20,9 +21,11 @@ from hypothesis import given, settings, strategies as st
 import silvanforge
 from silvanforge import reference
 from silvanforge.backends.cpu import outline
+from silvanforge.backends.cpu.freevars import walk_stmts
 from silvanforge.backends.gpu import CUDARenderer
 from silvanforge.lir import ir
 from silvanforge.model.builder import Tree, build_forest
+from silvanforge.model.forest import OP_CAT
 from silvanforge.representations import REGISTRY
 
 from test_compile import schedules
@@ -182,7 +185,8 @@ def test_small_pieces_keep_every_schedule_exact(representation, monkeypatch):
     assert outlined >= 4
 
 
-def test_trained_lightgbm_with_categories_and_missing_values():
+def _trained_lightgbm():
+    """(booster, rows): 20 trees of 31 leaves, feature 5 categorical, 5% NaN."""
     lgb = pytest.importorskip("lightgbm")
     rng = np.random.default_rng(0)
     X = rng.normal(size=(600, 6))
@@ -192,6 +196,11 @@ def test_trained_lightgbm_with_categories_and_missing_values():
     booster = lgb.train({"objective": "regression", "num_leaves": 31, "verbose": -1,
                          "min_data_per_group": 5, "cat_smooth": 1.0, "num_threads": 1},
                         lgb.Dataset(X, y, categorical_feature=[5]), num_boost_round=20)
+    return booster, X
+
+
+def test_trained_lightgbm_with_categories_and_missing_values():
+    booster, X = _trained_lightgbm()
     forest = silvanforge.load(booster)
     assert forest.has_categorical
     predictor = silvanforge.compile(forest, representation="code", n_jobs=1)
@@ -221,14 +230,73 @@ def test_trained_xgboost_at_float32():
     assert_parity(predictor.predict(X), booster.predict(xgb.DMatrix(X)), "xgboost")
 
 
+def _expanded(stmts: list) -> list:
+    """``stmts`` with every BranchTree replaced by its expansion, at any depth."""
+    out: list = []
+    for s in stmts:
+        if isinstance(s, ir.BranchTree):
+            out += s.expand()
+            continue
+        if isinstance(s, (ir.For, ir.While)):
+            s = dataclasses.replace(s, body=_expanded(s.body))
+        elif isinstance(s, ir.If):
+            s = dataclasses.replace(s, then=_expanded(s.then), orelse=_expanded(s.orelse))
+        elif isinstance(s, ir.Switch):
+            s = dataclasses.replace(s, cases=[_expanded(c) for c in s.cases])
+        out.append(s)
+    return out
+
+
+@settings(max_examples=25, deadline=None)
+@given(forest=forests(), which=st.sampled_from(sorted(CODE_SCHEDULES)),
+       vector_bits=st.sampled_from([0, 256, 512]))
+def test_branch_trees_render_as_their_expansion(forest, which, vector_bits):
+    """The CPU renderer's own rendering of a tree as code (from its numbers) is, to the
+    character, the rendering of the If/Select statements it stands for, outlining
+    included: every operator, missing rule, category rule and leaf kind, both
+    precisions."""
+    from silvanforge.backends.cpu.llvm import render_module
+    from silvanforge.plan import make_plan
+    from silvanforge.representations.pair import lower_schedules
+    from silvanforge.runtime.base import build_representation
+
+    precision = "float32" if forest.input_dtype == np.float32 else "float64"
+    plan = make_plan(forest, representation="code", schedule=CODE_SCHEDULES[which],
+                     precision=precision, n_jobs=1)
+    _, kernel = lower_schedules(forest, plan.schedules, build_representation(plan))[0]
+    trees = [s for s in walk_stmts(kernel.body) if isinstance(s, ir.BranchTree)]
+    assert trees and not any(isinstance(s, ir.If) and isinstance(s.cond, ir.Cmp)
+                             and isinstance(s.cond.b, ir.Load)
+                             and s.cond.b.buffer.name.endswith("threshold")
+                             for s in walk_stmts(kernel.body))  # no tree left expanded
+    expanded = ir.Kernel(kernel.name, kernel.params, _expanded(kernel.body))
+    assert str(render_module(kernel, vector_bits=vector_bits)) == \
+        str(render_module(expanded, vector_bits=vector_bits))
+
+
+def test_most_nodes_render_from_numbers():
+    """On a trained LightGBM model with categories and missing values, numeric nodes are
+    compares kept as numbers; only categorical ones are expressions."""
+    forest = silvanforge.load(_trained_lightgbm()[0])
+    node = ir.Var("node", ir.I64)
+    code = REGISTRY["code"](forest)
+    trees = [code.walk_code(ir.i64(t), node, lambda f: ir.Load(
+        ir.Buffer("x", ir.F64), f))[-1] for t in range(forest.n_trees)]
+    compares = sum(op != "" for t in trees for op in t.op)
+    categorical = int(np.sum((forest.split_op == OP_CAT) & (forest.left >= 0)))
+    assert categorical > 0
+    assert compares == forest.n_internal - categorical
+    assert sum(len(t.tests) for t in trees) == categorical
+
+
 def test_code_is_registered_and_keeps_the_sparse_tables():
     forest = _big_forest(n_trees=2)
     code, sparse = REGISTRY["code"](forest), REGISTRY["sparse"](forest)
     node = ir.Var("node", ir.I64)
     assert sparse.walk_code(ir.i64(0), node, lambda f: f) is None  # a table layout
     assert code.buffers.keys() == sparse.buffers.keys()
-    assert isinstance(code.walk_code(ir.i64(1), node, lambda f: ir.Const(0.0, ir.F64))[-1],
-                      ir.If)
+    tree = code.walk_code(ir.i64(1), node, lambda f: ir.Const(0.0, ir.F64))[-1]
+    assert isinstance(tree, ir.BranchTree) and isinstance(tree.expand()[0], ir.If)
 
 
 def test_gpu_renderers_render_code_walks_as_branches(opencl, nvrtc):  # noqa: F811

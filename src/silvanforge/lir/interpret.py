@@ -366,6 +366,11 @@ def _if(s: ir.If, env: _Env) -> None:
     _block(s.then if _eval(s.cond, env) else s.orelse, env)
 
 
+def _branch_tree(s: ir.BranchTree, env: _Env) -> None:
+    for stmt in s.expand():  # in the enclosing scope: it assigns, declares nothing
+        _EXEC[type(stmt)](stmt, env)
+
+
 def _switch(s: ir.Switch, env: _Env) -> None:
     value = _eval(s.value, env)
     if 0 <= value < len(s.cases):
@@ -410,5 +415,6 @@ _EXEC: dict[type, Callable[[Any, _Env], None]] = {
     ir.While: _while,
     ir.If: _if,
     ir.Switch: _switch,
+    ir.BranchTree: _branch_tree,
     ir.Barrier: _barrier,
 }

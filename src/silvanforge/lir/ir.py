@@ -15,6 +15,11 @@ writes consecutive elements, :class:`Extract` takes one lane back,
 :class:`Shuffle` rearranges the lanes of two vectors and :class:`LaneBits` packs a
 boolean vector into an integer.
 
+One statement, :class:`BranchTree`, is a binary tree of tests ending in constants held
+as lists of numbers (trees as code: a forest of 25,000 nodes took a second to build and
+render as nested ``If`` objects); :meth:`BranchTree.expand` gives the same code as
+those, which is what a backend without a renderer of its own for it runs.
+
 Buffers are kernel parameters (pointers with an element type) or small fixed-size local
 arrays. Indices are element indices of type i64. Floating-point comparisons are ordered
 (false when either side is NaN); ``IsNaN`` tests for NaN explicitly.
@@ -355,6 +360,78 @@ class Switch(Stmt):
 
     value: Expr
     cases: list[list[Stmt]] = field(default_factory=list)
+
+
+@dataclass
+class BranchTree(Stmt):
+    """``var`` = the constant of the leaf reached from node 0 of a binary tree of tests.
+
+    Node k is a leaf where ``left[k]`` < 0, of constant ``leaf[k]`` (of ``var``'s type);
+    else it goes to node ``left[k]`` where its test holds, to ``right[k]`` where not.
+    Its test is ``tests[test[k]]`` where ``test[k]`` >= 0, else the compare
+    ``Cmp(op[k], values[value[k]], Load(table, i64(slot[k])))``: most nodes of trees as
+    code are such compares, kept as numbers. A subtree of at most ``select_nodes``
+    tests is one expression of selects (all its tests run, none branches), the rest
+    are branches: what :meth:`expand` spells out.
+
+    >>> x, v = Var("x", F64), Var("v", I64)
+    >>> t = BranchTree(v, left=[1, -1, -1], right=[2, -1, -1], leaf=[0, 10, 20],
+    ...                op=["lt", "", ""], value=[0, 0, 0], slot=[3, 0, 0], test=[-1, -1, -1],
+    ...                values=[x], tests=[], table=Buffer("t", F64))
+    >>> t.expand()[0].cond.op, [s.value.value for s in t.expand()[0].then]
+    ('lt', [10])
+    """
+
+    var: Var
+    left: list[int]
+    right: list[int]
+    leaf: list[int]
+    op: list[str]
+    value: list[int]
+    slot: list[int]
+    test: list[int]
+    values: list[Expr]
+    tests: list[Expr]
+    table: Buffer
+    select_nodes: int = 0
+
+    def cond(self, k: int) -> Expr:
+        """Node ``k``'s test."""
+        if self.test[k] >= 0:
+            return self.tests[self.test[k]]
+        return Cmp(self.op[k], self.values[self.value[k]],
+                   Load(self.table, Const(self.slot[k], I64)))
+
+    def sizes(self) -> list[int]:
+        """Per node: the number of tests in its subtree (0 at a leaf)."""
+        left, right = self.left, self.right
+        sizes = [0] * len(left)
+        order, stack = [], [0]
+        while stack:  # parents before children; reversed, children first
+            k = stack.pop()
+            if left[k] >= 0:
+                order.append(k)
+                stack += (left[k], right[k])
+        for k in reversed(order):
+            sizes[k] = 1 + sizes[left[k]] + sizes[right[k]]
+        return sizes
+
+    def expand(self) -> list[Stmt]:
+        """The tree as ``If``, ``Select`` and ``Assign`` statements."""
+        sizes = self.sizes()
+
+        def code(k: int) -> list[Stmt] | Expr:
+            if self.left[k] < 0:
+                return Const(self.leaf[k], self.var.dtype)
+            cond, yes, no = self.cond(k), code(self.left[k]), code(self.right[k])
+            if sizes[k] <= self.select_nodes:
+                return Select(cond, yes, no)  # type: ignore[arg-type]
+            return [If(cond, assigning(yes), assigning(no))]
+
+        def assigning(c: list[Stmt] | Expr) -> list[Stmt]:
+            return c if isinstance(c, list) else [Assign(self.var, c)]
+
+        return assigning(code(0))
 
 
 @dataclass

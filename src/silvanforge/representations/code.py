@@ -32,7 +32,10 @@ in docs/ARCHITECTURE.md, "The code representation"):
   load; linear and vector leaves end in the sparse layout's leaf handle.
 
 The node tables serve whoever walks by the table interface (hand-built LIR kernels,
-tests). :meth:`walk_code` emits one tree, whose index is a constant; every schedule runs:
+tests). :meth:`walk_code` emits one tree, whose index is a constant, as a
+:class:`~silvanforge.lir.ir.BranchTree`: the nodes whose test ``go_left`` makes a compare
+of the row value with the threshold (most of them; which ones is read from ``go_left``
+itself, once a kind of node) are numbers, the others expressions; every schedule runs:
 where the tree loop is unrolled or specialized (the named schedule ``code_rows``, the
 fastest) indices are constants, elsewhere the lowering jumps on the index to the trees'
 code (a :class:`~silvanforge.lir.ir.Switch`, once a tree loop's iteration or once a walk
@@ -57,7 +60,7 @@ import numpy as np
 
 from ..errors import UnsupportedModelError
 from ..lir import ir
-from ..model.forest import MISSING_NAN, MISSING_NONE, OP_CAT, OP_EQ, OP_LE, OP_LT, Forest
+from ..model.forest import MISSING_NAN, MISSING_NONE, OP_CAT, OP_LE, OP_LT, Forest
 from . import decision
 from .base import FeatureLoader, register
 from ..schedule import Schedule, named
@@ -131,10 +134,9 @@ class CodeRepresentation(SparseRepresentation):
         self._depths = forest.tree_depths.tolist()
         self._nodes = {
             "left": forest.left.tolist(), "right": forest.right.tolist(),
-            "feature": forest.feature.tolist(), "op": forest.split_op.tolist(),
-            "missing": forest.missing.tolist(), "default_left": forest.default_left.tolist(),
+            "feature": forest.feature.tolist(), "missing": forest.missing.tolist(),
             "cat_offset": forest.cat_offset.tolist(), "cat_words": forest.cat_words.tolist(),
-            "threshold": threshold.tolist(), "handle": handle.tolist(), "slot": slot.tolist()}
+            "handle": handle.tolist(), "slot": slot.tolist()}
         if self.spec.category_mask:
             masks = decision.category_masks(forest, np.arange(forest.n_nodes),
                                             self.spec.compare.bits)
@@ -150,10 +152,15 @@ class CodeRepresentation(SparseRepresentation):
                 np.int64).tolist()
         # Per (operator, missing rule, default direction): the spec of one node's test.
         self._specs: dict[tuple[int, int, bool], decision.DecisionSpec] = {}
+        self._keys, kind = _node_keys(forest, threshold)
+        self._kind = kind.tolist()
+        # Per (kind, row value type): the compare its nodes' tests are, or None.
+        self._compares: dict[tuple[int, ir.DType], tuple[str, bool] | None] = {}
 
     def walk_code(self, tree: ir.Expr, node: ir.Var, feature_value: FeatureLoader,
                   row: dict | None = None) -> list[ir.Stmt]:
-        """Nested ``If`` statements (selects at the bottom: :data:`SELECT_NODES`) leaving
+        """A :class:`~.ir.BranchTree` (branches, selects at the bottom:
+        :data:`SELECT_NODES`) leaving
         tree ``tree``'s reached leaf in ``node`` (the float64 bits of its value, or its
         handle for linear and vector leaves; see :meth:`code_leaf_value`); ``tree`` is a
         constant (an unrolled or specialized tree loop, or a case of the lowering's jump
@@ -184,7 +191,6 @@ class CodeRepresentation(SparseRepresentation):
                     ir.Var(stem + "_negative", ir.BOOL))
             return operands[feature, zeroed]
 
-        base = int(self.forest.tree_offsets[t])
         values: dict[ir.Expr, ir.Expr] = {}  # index → its row value: one expression a tree
 
         def shared(index: ir.Expr) -> ir.Expr:
@@ -193,7 +199,7 @@ class CodeRepresentation(SparseRepresentation):
                 x = values[index] = feature_value(index)
             return x
 
-        body = _assigning(self._subtree(base, base, node, shared, operand)[0], node)
+        body: list[ir.Stmt] = [self._tree(self.forest.tree(t), node, shared, operand)]
         return self.row_preamble(operands, feature_value) + body if own else body
 
     def row_preamble(self, row: dict, feature_value: FeatureLoader) -> list[ir.Stmt]:
@@ -216,43 +222,100 @@ class CodeRepresentation(SparseRepresentation):
             return ir.Bitcast(node, ir.F64)
         return self.leaf_value(tree, node, k, feature_value)
 
-    def _subtree(self, base: int, n: int, node: ir.Var, feature_value: FeatureLoader,
-                 operand: _Operands) -> tuple[list[ir.Stmt] | ir.Expr, int]:
-        """(the code of the subtree at global node ``n`` of the tree starting at
-        ``base``: branches leaving its leaf in ``node``, or the expression of its leaf
-        where it has at most :data:`SELECT_NODES` split nodes; its number of split
-        nodes)."""
-        nodes = self._nodes
-        if nodes["left"][n] < 0:
-            return ir.i64(nodes["value_bits" if self._values_in_code else "handle"][n]), 0
-        left, left_size = self._subtree(base, base + nodes["left"][n], node,
-                                        feature_value, operand)
-        right, right_size = self._subtree(base, base + nodes["right"][n], node,
-                                          feature_value, operand)
-        cond = self._go_left(n, feature_value, operand)
-        if isinstance(cond, ir.Not):  # neither a branch nor a select needs the negation
-            cond, left, right = cond.a, right, left
-        size = 1 + left_size + right_size
-        if isinstance(left, ir.Expr) and isinstance(right, ir.Expr) and size <= SELECT_NODES:
-            return ir.Select(cond, left, right), size
-        return [ir.If(cond, _assigning(left, node), _assigning(right, node))], size
+    def _tree(self, nodes_: slice, node: ir.Var, feature_value: FeatureLoader,
+              operand: _Operands) -> ir.BranchTree:
+        """The tree of global nodes ``nodes_`` as a :class:`~.ir.BranchTree` leaving its
+        leaf in ``node``: a node whose test is a compare of its row value with its
+        threshold (:meth:`_compare`) as numbers, any other as its expression. A test
+        that comes out negated swaps its branches."""
+        nodes, kind = self._nodes, self._kind
+        leaves = nodes["value_bits" if self._values_in_code else "handle"]
+        compare = self.spec.compare
+        left: list[int] = []
+        right: list[int] = []
+        leaf, op, value, slot, test = [], [], [], [], []
+        values: list[ir.Expr] = []
+        tests: list[ir.Expr] = []
+        position: dict[int, int] = {}  # feature → its row value's index in values
+        dtype = None  # the row values' type, read from the first one
+        for n in range(nodes_.start, nodes_.stop):
+            yes = nodes["left"][n]
+            if yes < 0:
+                left.append(-1)
+                right.append(-1)
+                leaf.append(leaves[n])
+                op.append("")
+                value.append(-1)
+                slot.append(-1)
+                test.append(-1)
+                continue
+            no, feature = nodes["right"][n], nodes["feature"][n]
+            if dtype is None:
+                dtype = feature_value(ir.i64(feature)).dtype
+            how = self._compare(kind[n], dtype)
+            if how is None:
+                cond = self._go_left(n, feature_value, operand)
+                swap = isinstance(cond, ir.Not)
+                op.append("")
+                value.append(-1)
+                slot.append(-1)
+                test.append(len(tests))
+                tests.append(cond.a if swap else cond)  # type: ignore[attr-defined]
+            else:
+                if feature not in position:
+                    x = feature_value(ir.i64(feature))
+                    position[feature] = len(values)
+                    values.append(x if x.dtype == compare else ir.Cast(x, compare))
+                swap = how[1]
+                op.append(how[0])
+                value.append(position[feature])
+                slot.append(nodes["slot"][n])
+                test.append(-1)
+            left.append(no if swap else yes)
+            right.append(yes if swap else no)
+            leaf.append(0)
+        return ir.BranchTree(node, left, right, leaf, op, value, slot, test, values, tests,
+                             self._buffer("threshold"), SELECT_NODES)
+
+    def _compare(self, kind: int, dtype: ir.DType) -> tuple[str, bool] | None:
+        """(the LIR compare, whether it is negated) where the tests of nodes of ``kind``
+        on row values of ``dtype`` are ``decision.go_left``'s compare of the row value
+        (cast to the compare type) with the threshold, or its negation; else None. Read
+        from ``go_left`` itself, built once a kind over placeholders."""
+        found = self._compares.get((kind, dtype), False)
+        if found is not False:
+            return found  # type: ignore[return-value]
+        key = self._keys[kind]
+        found = None
+        if key[0] != OP_CAT:
+            x = ir.Var("x", dtype)
+            t = ir.Var("t", self._buffer("threshold").dtype)
+            cond = decision.go_left(self._spec(key), decision.NodeLoads(ir.i64(0), t),
+                                    lambda index: x)
+            negated = isinstance(cond, ir.Not)
+            cond = cond.a if negated else cond  # type: ignore[attr-defined]
+            value = x if dtype == self.spec.compare else ir.Cast(x, self.spec.compare)
+            if isinstance(cond, ir.Cmp) and cond.b is t and cond.a == value:
+                found = (cond.op, negated)
+        self._compares[kind, dtype] = found
+        return found
+
+    def _spec(self, key: tuple[int, int, bool]) -> decision.DecisionSpec:
+        """The spec of a node's own test: the forest's, narrowed to its operator,
+        missing rule and default direction."""
+        spec = self._specs.get(key)
+        if spec is None:
+            spec = self._specs[key] = replace(self.spec, ops=(key[0],), missing=(key[1],),
+                                              default_left=key[2])
+        return spec
 
     def _go_left(self, n: int, feature_value: FeatureLoader,
                  operand: _Operands) -> ir.Expr:
         """i1: node ``n``'s own split test, its fields as constants."""
         nodes = self._nodes
-        op, rule, feature = nodes["op"][n], nodes["missing"][n], nodes["feature"][n]
-        cat = op == OP_CAT
-        if rule == MISSING_NONE and not cat:
-            # A NaN compares as 0 here, and the threshold is a constant: a NaN goes
-            # where 0 goes, which is the NaN rule with that default direction.
-            key = (op, MISSING_NAN, _holds_at_zero(op, nodes["threshold"][n]))
-        else:
-            key = (op, rule, bool(nodes["default_left"][n]))
-        spec = self._specs.get(key)
-        if spec is None:
-            spec = self._specs[key] = replace(self.spec, ops=(key[0],), missing=(key[1],),
-                                              default_left=key[2])
+        feature, rule = nodes["feature"][n], nodes["missing"][n]
+        spec = self._spec(self._keys[self._kind[n]])
+        cat = spec.ops == (OP_CAT,)
 
         def constant(field: str, dtype: ir.DType = ir.I32) -> ir.Expr | None:
             return ir.Const(nodes[field][n], dtype) if cat else None
@@ -269,13 +332,21 @@ class CodeRepresentation(SparseRepresentation):
         return decision.go_left(spec, loads, feature_value)
 
 
-def _assigning(code: list[ir.Stmt] | ir.Expr, node: ir.Var) -> list[ir.Stmt]:
-    """Statements leaving a subtree's leaf in ``node``: its branches, or an assignment
-    of its expression."""
-    return code if isinstance(code, list) else [ir.Assign(node, code)]
-
-
-def _holds_at_zero(op: int, threshold: float) -> bool:
-    """Whether 0 passes numeric split ``op`` at ``threshold`` (a value of the compare
-    type, so the Python comparison is exact)."""
-    return {OP_LT: 0.0 < threshold, OP_LE: 0.0 <= threshold, OP_EQ: 0.0 == threshold}[op]
+def _node_keys(forest: Forest, threshold: np.ndarray
+               ) -> tuple[list[tuple[int, int, bool]], np.ndarray]:
+    """(the distinct (operator, missing rule, default direction) of the forest's split
+    nodes' own tests, each node's index among them). A numeric node whose NaN compares
+    as 0 (rule "none") sends a NaN where 0 goes, known from its threshold (of the
+    compare type, so the comparison here is exact): it is the NaN rule with that
+    direction. Leaves share one key of their own."""
+    op, rule = forest.split_op.astype(np.int64), forest.missing.astype(np.int64)
+    as_zero = (rule == MISSING_NONE) & (op != OP_CAT)
+    with np.errstate(invalid="ignore"):
+        zero_left = np.where(op == OP_LT, 0.0 < threshold,
+                             np.where(op == OP_LE, 0.0 <= threshold, 0.0 == threshold))
+    keys = np.stack([op, np.where(as_zero, MISSING_NAN, rule),
+                     np.where(as_zero, zero_left, forest.default_left)], axis=1)
+    keys = keys.astype(np.int64)
+    keys[forest.left < 0] = -1
+    unique, kind = np.unique(keys, axis=0, return_inverse=True)
+    return [(int(o), int(r), bool(d)) for o, r, d in unique], kind.reshape(-1)

@@ -53,6 +53,9 @@ _OMP_FUNCS = {
 }
 
 
+# Statements that end a block by branching: rendered last in a block, they branch
+# where control goes after it (see _FunctionBuilder.block).
+_BRANCHING = (ir.If, ir.BranchTree)
 _BYTES = {ir.BOOL: 1, ir.I8: 1, ir.I32: 4, ir.I64: 8, ir.F32: 4, ir.F64: 8}
 # On AVX-512, lookups into windows of up to this many 32-bit elements permute (16 loads
 # of 16, 8 two-table permutes, 7 selects); wider ones gather: permuting the deep levels
@@ -228,14 +231,15 @@ class _FunctionBuilder:
         ``If`` ending the block branches there directly (nested ifs of trees as code
         would otherwise end in chains of blocks that only branch)."""
         self.scopes.push()
-        last = stmts[-1] if stmts and then is not None and type(stmts[-1]) is ir.If else None
+        last = stmts[-1] if stmts and then is not None and type(stmts[-1]) in _BRANCHING \
+            else None
         for piece in outline.pieces(stmts, self.size):
             if piece.free is not None:
                 self._outlined(piece.stmts, piece.free)
                 continue
             for s in piece.stmts:
                 if s is last:
-                    self._s_If(s, then)
+                    getattr(self, "_s_" + type(s).__name__)(s, then)
                 else:
                     getattr(self, "_s_" + type(s).__name__)(s)
         self.scopes.pop()
@@ -711,6 +715,69 @@ class _FunctionBuilder:
                 self.b.branch(end)
         if then is None:
             self.b.position_at_end(end)
+
+    def _s_BranchTree(self, s: ir.BranchTree, then: ll.Block | None = None) -> None:
+        """What rendering :meth:`~.ir.BranchTree.expand` gives, in the same order,
+        from the tree's numbers: its compares are not built as expressions and rendered
+        one by one (100 trees of 255 leaves: 0.8 -> 0.2 s; docs/ARCHITECTURE.md
+        "Compiling big kernels"). A tree over the outlining budget, or of compares other
+        than of floats, renders its expansion (whose big blocks are cut into
+        functions)."""
+        if self.size(s).size > outline.BUDGET or not s.table.dtype.is_float:
+            self.block(s.expand(), then)
+            return
+        b, sizes, select = self.b, s.sizes(), s.select_nodes
+        slot, leaf_type = self.slot(s.var.name), llvm_type(s.var.dtype)
+
+        def cond(k: int) -> ll.Value:
+            if s.test[k] >= 0:
+                return self.expr(s.tests[s.test[k]])
+            x = self._row_value(s.values[s.value[k]])
+            # (bound only where a compare reads it: a tree of none is not passed it)
+            t = b.load(b.gep(self.buffer(s.table.name), [ll.Constant(_I64, s.slot[k])]),
+                       invariant=s.table.readonly)
+            return b.fcmp_ordered(_CMP[s.op[k]], x, t)
+
+        def value(k: int) -> ll.Value:
+            if s.left[k] < 0:
+                return ll.Constant(leaf_type, s.leaf[k])
+            c = cond(k)
+            return b.select(c, value(s.left[k]), value(s.right[k]))
+
+        def branch(k: int, end: ll.Block | None) -> ll.Block:
+            c = cond(k)
+            yes, no = self.fn.append_basic_block("if"), self.fn.append_basic_block("else")
+            end = end or self.fn.append_basic_block("endif")
+            b.cbranch(c, yes, no)
+            for block, child in ((yes, s.left[k]), (no, s.right[k])):
+                b.position_at_end(block)
+                self.scopes.push()
+                if sizes[child] <= select:
+                    b.store(value(child), slot)
+                    b.branch(end)
+                else:
+                    branch(child, end)
+                self.scopes.pop()
+            return end
+
+        if sizes[0] <= select:
+            b.store(value(0), slot)
+            return
+        end = branch(0, then)
+        if then is None:
+            b.position_at_end(end)
+
+    def _row_value(self, e: ir.Expr) -> ll.Value:
+        """``e`` rendered once where it dominates and no store came after: a tree's row
+        values, each read at many nodes (rendering it again found the same value by
+        its text, at several times the cost)."""
+        key = ("row value", id(e))
+        known = self.scopes.get(key)
+        if known is not None and known[1] == self.clobbers:
+            return known[0]
+        value = self.expr(e)
+        self.scopes.set(key, (value, self.clobbers))
+        return value
 
     def _s_Switch(self, s: ir.Switch) -> None:
         """A jump table of the cases. In a switch over the budget each case is a function

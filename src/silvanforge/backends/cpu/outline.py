@@ -29,7 +29,7 @@ BUDGET = 5000
 # Statements whose meaning this module knows; a piece holding another (a backend's own)
 # stays inline.
 _KNOWN = frozenset((ir.Declare, ir.Assign, ir.Store, ir.AtomicAdd, ir.Prefetch,
-                    ir.LocalArray, ir.For, ir.While, ir.If, ir.Switch))
+                    ir.LocalArray, ir.For, ir.While, ir.If, ir.Switch, ir.BranchTree))
 
 
 @dataclass(frozen=True)
@@ -65,8 +65,11 @@ class Sizer:
         hit = self._memo.get(id(s))
         if hit is not None and hit.stmt is s:
             return hit
-        size, names, assigned, declared = 1, set(), set(), set()
         kind = type(s)
+        if kind is ir.BranchTree:
+            info = self._memo[id(s)] = self._branch_tree(s)
+            return info
+        size, names, assigned, declared = 1, set(), set(), set()
         known = kind in _KNOWN
         if kind is ir.Assign:
             assigned.add(s.var.name)
@@ -100,6 +103,30 @@ class Sizer:
                      known)
         self._memo[id(s)] = info
         return info
+
+    def _branch_tree(self, s: ir.BranchTree) -> _Info:
+        """A :class:`~.ir.BranchTree`'s info: its expansion's, counted without building
+        it (so that a block of trees is cut where the same block expanded would be)."""
+        names: set[str] = set()
+        values = [self._expr(v, names) for v in s.values]
+        tests = [self._expr(t, names) for t in s.tests]
+        sizes, select = s.sizes(), s.select_nodes
+        size = 1 if sizes[0] <= select else 0  # the root's assignment, if no branch
+        compares = False
+        for k, left in enumerate(s.left):
+            if left < 0:
+                size += 1  # its constant
+                continue
+            if s.test[k] >= 0:
+                size += 1 + tests[s.test[k]]  # an If or a Select, its test
+            else:
+                size += 4 + values[s.value[k]]  # ... a compare, its value, load, index
+                compares = True
+            if sizes[k] > select:  # a branch: an assignment where a select starts below
+                size += (sizes[left] <= select) + (sizes[s.right[k]] <= select)
+        if compares:
+            self._name(s.table, names)
+        return _Info(s, size, frozenset(names), frozenset((s.var.name,)), frozenset(), True)
 
     def _expr(self, e: ir.Expr, names: set[str]) -> int:
         """The number of nodes of ``e``; the names it uses are added to ``names``."""

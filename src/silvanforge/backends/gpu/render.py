@@ -201,6 +201,10 @@ class CStyleRenderer:
             self.block(s.orelse, depth + 1, lines)
         lines.append(f"{pad}}}")
 
+    def _s_BranchTree(self, s: ir.BranchTree, pad: str, depth: int,
+                      lines: list[str]) -> None:
+        self.block(s.expand(), depth, lines)
+
     def _s_Switch(self, s: ir.Switch, pad: str, depth: int, lines: list[str]) -> None:
         lines.append(f"{pad}switch ({self.expr(s.value)}) {{")
         for i, case in enumerate(s.cases):
