@@ -166,6 +166,29 @@ def test_a_big_forest_is_split_into_functions():
     np.testing.assert_array_equal(again.predict(X), predictor.predict(X))
 
 
+def test_the_optimised_ir_is_built_again_as_the_build_had_it(monkeypatch):
+    """A compile keeps no LLVM IR; asked for, it is built again: the IR of the same
+    modules, at the same levels and passes, as a build keeping it had (two kernels of
+    several modules each in one build; and on one core, one module a kernel)."""
+    from silvanforge.backends.cpu import Target, build, jit
+    lir = silvanforge.compile(_big_forest(), representation="code", n_jobs=1)._main.lir
+    kernels = [lir, ir.Kernel("again", lir.params, lir.body)]
+    levels, target = [(1, True), (2, False)], Target.host()
+    lazy = jit._OptimisedIR(kernels, levels, target, parallel=True)
+    keeping = build.ParallelBuild.__init__
+    monkeypatch.setattr(build.ParallelBuild, "__init__",
+                        lambda self, *a, **k: keeping(self, *a, **{**k, "keep_ir": True}))
+    built, _ = jit._parallel(kernels, levels, target, "test", None)
+    assert len(built[0]) > 1  # its main module and pieces
+    for k, objects in enumerate(built):
+        assert lazy[k] == "\n".join(text for _, text in objects)
+    alone = jit._OptimisedIR(kernels, levels, target, parallel=False)
+    assert alone[1] == build.build(str(jit.render_kernel(kernels[1], target)), target.triple,
+                                   target.cpu, target.features, 2)[1]
+    compiled = jit.compile_kernels(kernels[:1], opt=1, fast_isel=True)[0]
+    assert compiled._llvm_ir is not None and compiled.llvm_ir == lazy[0]
+
+
 @pytest.mark.parametrize("representation", ["sparse", "code"])
 def test_small_pieces_keep_every_schedule_exact(representation, monkeypatch):
     """Outlining is the backend's: with pieces of a tree or less (a tree's code is ~200

@@ -182,8 +182,8 @@ class ParallelBuild:
     """
 
     def __init__(self, triple: str, cpu: str, features: str, opt: int,
-                 fast_isel: bool = False) -> None:
-        self.target = (triple, cpu, features, opt, False, True, fast_isel)
+                 fast_isel: bool = False, keep_ir: bool = True) -> None:
+        self.target = (triple, cpu, features, opt, False, keep_ir, fast_isel)
         self.jobs: list[_Job] = []
         self.pending: queue.Queue[_Job | None] = queue.Queue()
         self.workers = [threading.Thread(target=self._serve, args=(w,), daemon=True)

@@ -124,23 +124,78 @@ def compile_kernels(kernels: Sequence[ir.Kernel], *, opt: int = 2,
     target = target or Target.host()
     levels = list(levels) if levels is not None else [(opt, fast_isel)] * len(kernels)
     names = ", ".join(k.name for k in kernels)
+    parallel = build.cores() > 1
     try:
-        if build.cores() > 1:
+        if parallel:
             built, sizes = _parallel(kernels, levels, target, names, meanwhile)
         else:
             if meanwhile is not None:
                 meanwhile()
             modules = [render_kernel(k, target) for k in kernels]
             sizes = [_instructions(module) for module in modules]
-            built = [[build.build(str(module), target.triple, target.cpu, target.features,
-                                  o, fast_isel=f)] for module, (o, f) in zip(modules, levels)]
+            built = [[_build(str(module), target, level)]
+                     for module, level in zip(modules, levels)]
     except build.BuildError as exc:
         raise BackendError(f"kernel(s) {names}: invalid LLVM IR: {exc}") from None
     for kernel, size, objects in zip(kernels, sizes, built):
         _log_sizes(kernel.name, size, objects)
+    optimised = _OptimisedIR(kernels, levels, target, parallel)
     return [CompiledKernel(tuple(obj for obj, _ in objects), target, k.name, k.params,
-                           llvm_ir="\n".join(text for _, text in objects))
-            for k, objects in zip(kernels, built)]
+                           llvm_ir=lambda i=i: optimised[i])
+            for i, (k, objects) in enumerate(zip(kernels, built))]
+
+
+def _build(text: str, target: Target, level: tuple[int, bool],
+           passes: Sequence[str] | None = None, keep_ir: bool = False) -> tuple[bytes, str]:
+    """:func:`.build.build` of one module for ``target`` at ``level``, (opt, fast_isel)."""
+    return build.build(text, target.triple, target.cpu, target.features, level[0],
+                       keep_ir=keep_ir, fast_isel=level[1], passes=passes)
+
+
+class _OptimisedIR:
+    """The optimised LLVM IR of each kernel of one compile, built again the first time
+    one is asked for (:attr:`CompiledKernel.llvm_ir`, a debugging dump): the build
+    itself keeps none, since printing its modules took ~8% of a big kernel's LLVM time
+    and their text, megabytes, stayed with the predictor. The kernels render the same
+    way (the same modules, at the same levels and passes), so the IR is the build's."""
+
+    def __init__(self, kernels: Sequence[ir.Kernel], levels: list[tuple[int, bool]],
+                 target: Target, parallel: bool) -> None:
+        self.kernels, self.levels, self.target = list(kernels), levels, target
+        self.parallel = parallel
+        self.texts: list[str] | None = None
+
+    def __getitem__(self, k: int) -> str:
+        if self.texts is None:
+            self.texts = self._build()
+        return self.texts[k]
+
+    def _build(self) -> list[str]:
+        if not self.parallel:
+            return [_build(str(render_kernel(kernel, self.target)), self.target, level,
+                           keep_ir=True)[1]
+                    for kernel, level in zip(self.kernels, self.levels)]
+        modules = _Modules()
+        parts, last, _ = _render_all(self.kernels, self.levels, self.target, modules)
+        texts = [_build(text, self.target, level, passes, keep_ir=True)[1]
+                 for text, passes, level in modules.jobs]
+        texts.append(_build(str(last), self.target, self.levels[-1], keep_ir=True)[1])
+        out = ["\n".join(texts[p] for p in positions) for positions in parts]
+        out[-1] = "\n".join([texts[-1]] + [texts[p] for p in parts[-1]])
+        return out
+
+
+class _Modules:
+    """Where :func:`_render_all` sends modules to be kept, not built (in the order a
+    :class:`.build.ParallelBuild` would get them)."""
+
+    def __init__(self) -> None:
+        self.jobs: list[tuple[str, Sequence[str] | None, tuple[int, bool]]] = []
+
+    def submit(self, text: str, passes: Sequence[str] | None = None,
+               level: tuple[int, bool] | None = None) -> None:
+        assert level is not None
+        self.jobs.append((text, passes, level))
 
 
 def _parallel(kernels: Sequence[ir.Kernel], levels: list[tuple[int, bool]], target: Target,
@@ -148,19 +203,10 @@ def _parallel(kernels: Sequence[ir.Kernel], levels: list[tuple[int, bool]], targ
               ) -> tuple[list[list[tuple[bytes, str]]], list[int]]:
     """:func:`compile_kernels` on several cores: (each kernel's (object, optimised IR)
     pairs, its main module's first; each kernel's LLVM instructions)."""
-    job = build.ParallelBuild(target.triple, target.cpu, target.features, *levels[-1])
-    parts: list[list[int]] = []  # each kernel's submitted modules (main first), by position
-    sizes: list[int] = []
+    job = build.ParallelBuild(target.triple, target.cpu, target.features, *levels[-1],
+                              keep_ir=False)
     try:
-        for k, (kernel, level) in enumerate(zip(kernels, levels)):
-            pieces = _Pieces(job, level)
-            first = len(job.jobs)
-            module = render_kernel(kernel, target, pieces)
-            parts.append(list(range(first, len(job.jobs))))
-            sizes.append(_instructions(module) + pieces.submitted)
-            if k < len(kernels) - 1:
-                parts[k].insert(0, len(job.jobs))
-                job.submit(str(module), level=level)
+        parts, module, sizes = _render_all(kernels, levels, target, job)
     except BaseException:
         job.abandon()  # its threads stop; what they built is dropped
         raise
@@ -173,6 +219,29 @@ def _parallel(kernels: Sequence[ir.Kernel], levels: list[tuple[int, bool]], targ
     return built, sizes
 
 
+def _render_all(kernels: Sequence[ir.Kernel], levels: list[tuple[int, bool]],
+                target: Target, job: "build.ParallelBuild | _Modules"
+                ) -> tuple[list[list[int]], ll.Module, list[int]]:
+    """Render ``kernels``, sending their pieces (:class:`_Pieces`) and each main module
+    but the last to ``job``: (each kernel's submitted modules, its main first but for
+    the last kernel, by position; the last kernel's main module; each kernel's LLVM
+    instructions)."""
+    parts: list[list[int]] = []
+    sizes: list[int] = []
+    module = None
+    for k, (kernel, level) in enumerate(zip(kernels, levels)):
+        pieces = _Pieces(job, level)
+        first = len(job.jobs)
+        module = render_kernel(kernel, target, pieces)
+        parts.append(list(range(first, len(job.jobs))))
+        sizes.append(_instructions(module) + pieces.submitted)
+        if k < len(kernels) - 1:
+            parts[k].insert(0, len(job.jobs))
+            job.submit(str(module), level=level)
+    assert module is not None, "no kernel to render"
+    return parts, module, sizes
+
+
 class _Pieces:
     """Collects a kernel's outlined functions into modules of at least
     :data:`MIN_PARALLEL_INSTRUCTIONS` (the build's first, a :data:`FIRST_MODULE_FRACTION`
@@ -181,7 +250,8 @@ class _Pieces:
     batch stays in the main module, under its pipeline: sent on its own, it slowed
     the code of small trees (docs/ARCHITECTURE.md, "Compiling big kernels")."""
 
-    def __init__(self, job: build.ParallelBuild, level: tuple[int, bool]) -> None:
+    def __init__(self, job: "build.ParallelBuild | _Modules",
+                 level: tuple[int, bool]) -> None:
         self.job, self.level = job, level
         self.batch: list[ll.Function] = []
         self.instructions = 0
@@ -206,7 +276,7 @@ class CompiledKernel:
     ``function`` is a ctypes callable: buffers are passed as addresses (``c_void_p``),
     scalars as their C type. ``object_code`` (object files) and ``target`` are what
     :meth:`from_object` needs to load the same code again; ``llvm_ir`` is the optimised
-    module or modules (None after a reload). The JIT engine lives as long as this object.
+    module or modules (None after a reload; built on first use). The JIT engine lives as long as this object.
     Code built for a target that does not run on this machine (``refusal`` says why)
     loads and can be saved, but ``function`` and the callable :meth:`entry` returns
     raise :class:`BackendError` when called: running it would end the process on an
@@ -214,12 +284,12 @@ class CompiledKernel:
     """
 
     def __init__(self, object_code: tuple[bytes, ...], target: Target, name: str,
-                 params: Params, llvm_ir: str | None = None):
+                 params: Params, llvm_ir: str | Callable[[], str] | None = None):
         if any(_OMP_SYMBOL in obj for obj in object_code) and openmp.runtime() is None:
             raise BackendError(f"kernel {name}: the code calls OpenMP and no OpenMP "
                                "runtime was found")
         self.object_code, self.target, self.name = object_code, target, name
-        self.params, self.llvm_ir = tuple(params), llvm_ir
+        self.params, self._llvm_ir = tuple(params), llvm_ir
         host = Target.host()
         self.refusal = target.mismatch(host)
         self._machine = host.machine()
@@ -239,6 +309,14 @@ class CompiledKernel:
         # The callable may outlive this object (``compile_kernel(k).function``): it
         # keeps the engine that owns its code alive.
         self.function.owner = self  # type: ignore[attr-defined]
+
+    @property
+    def llvm_ir(self) -> str | None:
+        """The optimised module or modules (built again on first use: see
+        :class:`_OptimisedIR`), None after a reload."""
+        if callable(self._llvm_ir):
+            self._llvm_ir = self._llvm_ir()
+        return self._llvm_ir
 
     def _refuse(self, *args: object) -> None:
         raise BackendError(f"kernel {self.name} {self.refusal}: it runs where it was "

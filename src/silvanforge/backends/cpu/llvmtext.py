@@ -130,16 +130,19 @@ class Constant(Value):
     __slots__ = ()
 
     def __init__(self, type_: Type, value: float | int) -> None:
-        if isinstance(type_, (FloatType, DoubleType)):
+        # By the type's text: a type's equality is Python code, and trees as code make
+        # a constant for every node.
+        text = type_.text
+        if text == "double" or text == "float":
             value = float(value)
-            if isinstance(type_, FloatType):
+            if text == "float":
                 value = struct.unpack("f", struct.pack("f", value))[0]
             ref = "0x%016x" % struct.unpack("Q", struct.pack("d", value))[0]
-        elif type_ == _I1:
+        elif text == "i1":
             ref = "true" if value else "false"
         else:
             ref = str(int(value))
-        super().__init__(type_, ref)
+        self.type, self.ref = type_, ref
 
 
 def splat(value: Value, count: int) -> Value:
