@@ -621,9 +621,10 @@ class _FunctionBuilder:
     def element_address(self, buf: ir.Buffer, index: ir.Expr) -> ll.Value:
         """:meth:`address` without looking for 32-bit offsets (a caller that looked)."""
         i = self.expr(index)
-        wide = _like(i.type, _I64)
-        if i.type != wide:
-            i = self.b.convert("sext", i, wide)
+        if i.type.text != "i64":  # (by text: a type's equality is Python code)
+            wide = _like(i.type, _I64)
+            if i.type != wide:
+                i = self.b.convert("sext", i, wide)
         return self.b.gep(self.buffer(buf.name), [i])
 
     # ---- statements -------------------------------------------------------------------

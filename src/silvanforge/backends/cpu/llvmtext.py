@@ -54,7 +54,10 @@ class Type:
         return hash(self.text)
 
     def as_pointer(self) -> "PointerType":
-        return PointerType(self)
+        pointer = self.__dict__.get("_pointer")  # made once: every address asks for it
+        if pointer is None:
+            pointer = self._pointer = PointerType(self)
+        return pointer
 
 
 class VoidType(Type):
@@ -424,6 +427,11 @@ class IRBuilder:
 
     def gep(self, ptr: Value, indices: Sequence[Value]) -> Value:
         pointee = ptr.type.pointee  # type: ignore[attr-defined]
+        if len(indices) == 1 and not isinstance(indices[0].type, VectorType):
+            i = indices[0]  # an element's address: most of them, so said first
+            return self._pure(pointee.as_pointer(), f"getelementptr {pointee.text}, "
+                                                     f"{ptr.type.text} {ptr.ref}, "
+                                                     f"{i.type.text} {i.ref}")
         result = pointee
         for index in indices[1:]:
             result = (result.elements[int(index.ref)] if isinstance(result, LiteralStructType)
