@@ -630,6 +630,11 @@ BAD_TEXTS = {
                           "tree 0.*threshold"),
     "fractional child": (lambda t: _tree1(t, "left_child=-1 -2", "left_child=-1.5 -2"),
                          "tree 0.*left_child"),
+    # Numbers the fast reader reads, yet not integers as LightGBM writes them.
+    "integral decimal child": (lambda t: _tree1(t, "left_child=-1 -2",
+                                                "left_child=-1.0 -2"), "tree 0.*left_child"),
+    "exponent feature": (lambda t: _tree1(t, "split_feature=0 1", "split_feature=0 1e0"),
+                         "tree 0.*split_feature"),
     "non-finite leaf": (lambda t: _tree1(t, "leaf_value=1 2 3", "leaf_value=1 inf 3"),
                         "tree 0.*leaf value"),
     "missing type 3": (lambda t: _tree1(t, "decision_type=2 1", "decision_type=14 1"),

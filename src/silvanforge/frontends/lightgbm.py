@@ -17,7 +17,7 @@ LightGBM's prediction semantics (``include/LightGBM/tree.h``, verified by the te
 * before any of that, the dense-row reader drops every ``|x| <= kZeroThreshold``
   (``1e-35f``), so such inputs act as exactly 0. Numeric thresholds in that band are
   moved to an equivalent threshold outside it so that the Forest, which compares the raw
-  value, takes the same branch (see :func:`_zero_band_threshold`).
+  value, takes the same branch (see :func:`_zero_band_thresholds`).
 """
 
 from __future__ import annotations
@@ -39,7 +39,8 @@ from . import numbers
 K_ZERO = float(np.float32(1e-35))
 _BELOW_ZERO_BAND = float(np.nextafter(-K_ZERO, -np.inf))
 
-_MISSING_TYPES = {0: MISSING_NONE, 1: MISSING_ZERO, 2: MISSING_NAN}
+# LightGBM's missing types 0, 1 and 2 (3 is refused) as ours.
+_MISSING_TYPES = np.array([MISSING_NONE, MISSING_ZERO, MISSING_NAN])
 _SUPPORTED_VERSIONS = ("v2", "v3", "v4")
 
 # One number / integer, and a whole field of them, as LightGBM writes them (strtod
@@ -298,6 +299,9 @@ def _ints(block: dict[str, str], key: str, n: int | None, where: str,
           lo: int, hi: int) -> np.ndarray:
     value = block[key]
     parsed = numbers.parse_numbers(value, " ", _SHORT_INT_FIELD)
+    if parsed is not None and (any(c in value for c in ".eE") or len(parsed) and
+                               np.abs(parsed).max() >= 1e15):
+        parsed = None  # read as numbers, but not integers of at most 15 digits
     if parsed is not None:
         arr = parsed.astype(np.int64)
     else:
@@ -328,17 +332,19 @@ def _require(block: dict[str, str], keys: tuple[str, ...], where: str) -> None:
             raise ModelFormatError(f"{where}: the required field {key!r} is missing")
 
 
-def _zero_band_threshold(t: float) -> float:
-    """A threshold that splits raw inputs as ``t`` splits LightGBM's zero-dropped inputs.
+def _zero_band_thresholds(t: np.ndarray) -> np.ndarray:
+    """Thresholds that split raw inputs as ``t`` splits LightGBM's zero-dropped inputs.
 
     LightGBM reads every ``|x| <= K_ZERO`` as 0, so the whole band goes where 0 goes:
-    left when ``t >= 0``. A threshold inside the band is moved to its edge accordingly.
+    left when a threshold is ``>= 0``. A threshold inside the band is moved to its edge
+    accordingly.
+
+    >>> _zero_band_thresholds(np.array([-1e-36, 0.0, 1e-36, 0.5])).tolist() == [
+    ...     _BELOW_ZERO_BAND, K_ZERO, K_ZERO, 0.5]
+    True
     """
-    if -K_ZERO <= t < 0.0:
-        return _BELOW_ZERO_BAND
-    if 0.0 <= t < K_ZERO:
-        return K_ZERO
-    return t
+    return np.where((-K_ZERO <= t) & (t < 0.0), _BELOW_ZERO_BAND,
+                    np.where((0.0 <= t) & (t < K_ZERO), K_ZERO, t))
 
 
 def _categories(words: np.ndarray, where: str) -> np.ndarray:
@@ -393,19 +399,19 @@ def _parse_tree(t: int, block: dict[str, str], n_features: int) -> tuple[Tree, b
             raise ModelFormatError(f"{where}, node {i}: decision_type {int(decision[i])} has "
                                    f"an unknown missing type 3")
         boundaries, bitset = _cat_storage(block, n_cat, where)
-        for i in range(n_int):
-            dt = int(decision[i])
-            thr = float(raw_threshold[i])
-            if dt & 1:
-                categories[i] = _node_categories(i, thr, boundaries, bitset, where)
-                # Categorical splits send NaN right whatever the missing type.
-                missing[i], default_left[i] = MISSING_NAN, False
-            else:
-                if np.isnan(thr):
-                    raise ModelFormatError(f"{where}, node {i}: threshold is NaN")
-                threshold[i] = _zero_band_threshold(thr)
-                missing[i] = _MISSING_TYPES[(dt >> 2) & 3]
-                default_left[i] = bool(dt & 2)
+        # Categorical splits send NaN right whatever the missing type (the arrays' start
+        # values); the numeric ones are set as arrays, not node by node.
+        is_cat = (decision & 1).astype(bool)
+        for i in np.flatnonzero(is_cat).tolist():
+            categories[i] = _node_categories(i, float(raw_threshold[i]), boundaries,
+                                             bitset, where)
+        numeric = np.flatnonzero(~is_cat)
+        bad = numeric[np.isnan(raw_threshold[numeric])]
+        if len(bad):
+            raise ModelFormatError(f"{where}, node {int(bad[0])}: threshold is NaN")
+        threshold[numeric] = _zero_band_thresholds(raw_threshold[numeric])
+        missing[numeric] = _MISSING_TYPES[(decision[numeric] >> 2) & 3]
+        default_left[numeric] = (decision[numeric] & 2) != 0
     elif n_cat:
         raise ModelFormatError(f"{where}: num_cat={n_cat} in a tree without splits")
     linear = _linear_leaves(block, n_leaves, n_int, n_features, where) if is_linear else None

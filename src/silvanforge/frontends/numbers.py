@@ -44,13 +44,15 @@ def parse_numbers(text: str, sep: str, syntax: "re.Pattern[str] | None" = None
     """float64 values of ``text``, numbers separated by ``sep`` ("," with optional
     whitespace around it, or " " exactly once between numbers), or None when ``text``
     is not such a list (the caller parses it exactly). ``syntax``, when given, must
-    match the whole text (the format's grammar for the list)."""
-    if syntax is not None and not syntax.fullmatch(text):
-        return None
+    match the whole text (the format's grammar for the list) where the native scanner
+    does not read it: the scanner's grammar is within every format's grammar for its
+    numbers, and the format's check cost a LightGBM load a third of its time."""
     body = text.strip()
     fast = number_scan.scan(body, sep)
     if fast is not None:
         return fast
+    if syntax is not None and not syntax.fullmatch(text):
+        return None
     if not _NUMBER_CHARS.fullmatch(body):
         return None
     if not body:
