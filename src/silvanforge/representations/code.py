@@ -66,8 +66,9 @@ from .base import FeatureLoader, register
 from ..schedule import Schedule, named
 from .sparse import SparseRepresentation
 
-# The planner emits forests as code up to this many nodes, about 5 s of compile on 2
-# cores (docs/ARCHITECTURE.md, "Default choices"; mtpl2's 61,000 nodes 2.8 s).
+# The planner emits forests as code up to this many nodes, about 2.5 s of compile on 2
+# cores (docs/ARCHITECTURE.md, "Default choices"; mtpl2's 61,000 nodes 1.8 s, 255,000
+# nodes 6.2 s, past issue 27's 5 s for a default).
 MAX_CODE_NODES = 100_000
 # The most of a thread's rows one block of the default schedule holds where rows are
 # wide (fewer than WIDE_ROW_BLOCK of them fit): its tiles of trees each walk the block,
@@ -107,7 +108,7 @@ class CodeRepresentation(SparseRepresentation):
 
     @classmethod
     def suits(cls, forest: Forest, precision: str, cpu_features: frozenset[str]) -> bool:
-        # Beyond MAX_CODE_NODES a compile would pass ~20 s: sparse tables instead.
+        # Beyond MAX_CODE_NODES a compile would pass ~2.5 s: sparse tables instead.
         return forest.n_nodes <= MAX_CODE_NODES
 
     @classmethod
