@@ -159,8 +159,8 @@ class _OptimisedIR:
     """The optimised LLVM IR of each kernel of one compile, built again the first time
     one is asked for (:attr:`CompiledKernel.llvm_ir`, a debugging dump): the build
     itself keeps none, since printing its modules took ~8% of a big kernel's LLVM time
-    and their text, megabytes, stayed with the predictor. The kernels render the same
-    way (the same modules, at the same levels and passes), so the IR is the build's."""
+    and their text, megabytes, stayed with the predictor. The kernels render and build
+    the same way again (the same modules, at the same levels and passes), keeping it."""
 
     def __init__(self, kernels: Sequence[ir.Kernel], levels: list[tuple[int, bool]],
                  target: Target, parallel: bool) -> None:
@@ -174,42 +174,36 @@ class _OptimisedIR:
         return self.texts[k]
 
     def _build(self) -> list[str]:
-        if not self.parallel:
-            return [_build(str(render_kernel(kernel, self.target)), self.target, level,
-                           keep_ir=True)[1]
-                    for kernel, level in zip(self.kernels, self.levels)]
-        modules = _Modules()
-        parts, last, _ = _render_all(self.kernels, self.levels, self.target, modules)
-        texts = [_build(text, self.target, level, passes, keep_ir=True)[1]
-                 for text, passes, level in modules.jobs]
-        texts.append(_build(str(last), self.target, self.levels[-1], keep_ir=True)[1])
-        out = ["\n".join(texts[p] for p in positions) for positions in parts]
-        out[-1] = "\n".join([texts[-1]] + [texts[p] for p in parts[-1]])
-        return out
-
-
-class _Modules:
-    """Where :func:`_render_all` sends modules to be kept, not built (in the order a
-    :class:`.build.ParallelBuild` would get them)."""
-
-    def __init__(self) -> None:
-        self.jobs: list[tuple[str, Sequence[str] | None, tuple[int, bool]]] = []
-
-    def submit(self, text: str, passes: Sequence[str] | None = None,
-               level: tuple[int, bool] | None = None) -> None:
-        assert level is not None
-        self.jobs.append((text, passes, level))
+        if self.parallel:
+            names = ", ".join(k.name for k in self.kernels)
+            built, _ = _parallel(self.kernels, self.levels, self.target, names, None,
+                                 keep_ir=True)
+        else:
+            built = [[_build(str(render_kernel(kernel, self.target)), self.target, level,
+                             keep_ir=True)] for kernel, level in zip(self.kernels, self.levels)]
+        return ["\n".join(text for _, text in objects) for objects in built]
 
 
 def _parallel(kernels: Sequence[ir.Kernel], levels: list[tuple[int, bool]], target: Target,
-              names: str, meanwhile: Callable[[], object] | None
+              names: str, meanwhile: Callable[[], object] | None, keep_ir: bool = False
               ) -> tuple[list[list[tuple[bytes, str]]], list[int]]:
-    """:func:`compile_kernels` on several cores: (each kernel's (object, optimised IR)
-    pairs, its main module's first; each kernel's LLVM instructions)."""
+    """:func:`compile_kernels` on several cores: (each kernel's (object, optimised IR,
+    "" without ``keep_ir``) pairs, its main module's first; each kernel's LLVM
+    instructions)."""
     job = build.ParallelBuild(target.triple, target.cpu, target.features, *levels[-1],
-                              keep_ir=False)
+                              keep_ir=keep_ir)
+    parts: list[list[int]] = []  # each kernel's submitted modules (main first), by position
+    sizes: list[int] = []
     try:
-        parts, module, sizes = _render_all(kernels, levels, target, job)
+        for k, (kernel, level) in enumerate(zip(kernels, levels)):
+            pieces = _Pieces(job, level)
+            first = len(job.jobs)
+            module = render_kernel(kernel, target, pieces)
+            parts.append(list(range(first, len(job.jobs))))
+            sizes.append(_instructions(module) + pieces.submitted)
+            if k < len(kernels) - 1:
+                parts[k].insert(0, len(job.jobs))
+                job.submit(str(module), level=level)
     except BaseException:
         job.abandon()  # its threads stop; what they built is dropped
         raise
@@ -223,29 +217,6 @@ def _parallel(kernels: Sequence[ir.Kernel], levels: list[tuple[int, bool]], targ
     return built, sizes
 
 
-def _render_all(kernels: Sequence[ir.Kernel], levels: list[tuple[int, bool]],
-                target: Target, job: "build.ParallelBuild | _Modules"
-                ) -> tuple[list[list[int]], ll.Module, list[int]]:
-    """Render ``kernels``, sending their pieces (:class:`_Pieces`) and each main module
-    but the last to ``job``: (each kernel's submitted modules, its main first but for
-    the last kernel, by position; the last kernel's main module; each kernel's LLVM
-    instructions)."""
-    parts: list[list[int]] = []
-    sizes: list[int] = []
-    module = None
-    for k, (kernel, level) in enumerate(zip(kernels, levels)):
-        pieces = _Pieces(job, level)
-        first = len(job.jobs)
-        module = render_kernel(kernel, target, pieces)
-        parts.append(list(range(first, len(job.jobs))))
-        sizes.append(_instructions(module) + pieces.submitted)
-        if k < len(kernels) - 1:
-            parts[k].insert(0, len(job.jobs))
-            job.submit(str(module), level=level)
-    assert module is not None, "no kernel to render"
-    return parts, module, sizes
-
-
 class _Pieces:
     """Collects a kernel's outlined functions into modules of at least
     :data:`MIN_PARALLEL_INSTRUCTIONS` (the build's first, a :data:`FIRST_MODULE_FRACTION`
@@ -254,8 +225,7 @@ class _Pieces:
     batch stays in the main module, under its pipeline: sent on its own, it slowed
     the code of small trees (docs/ARCHITECTURE.md, "Compiling big kernels")."""
 
-    def __init__(self, job: "build.ParallelBuild | _Modules",
-                 level: tuple[int, bool]) -> None:
+    def __init__(self, job: build.ParallelBuild, level: tuple[int, bool]) -> None:
         self.job, self.level = job, level
         self.batch: list[ll.Function] = []
         self.instructions = 0
