@@ -720,10 +720,9 @@ class _FunctionBuilder:
     def _s_BranchTree(self, s: ir.BranchTree, then: ll.Block | None = None) -> None:
         """What rendering :meth:`~.ir.BranchTree.expand` gives, in the same order,
         from the tree's numbers: its compares are not built as expressions and rendered
-        one by one (100 trees of 255 leaves: 0.8 -> 0.2 s; docs/ARCHITECTURE.md
-        "Compiling big kernels"). A tree over the outlining budget, or of compares other
-        than of floats, renders its expansion (whose big blocks are cut into
-        functions)."""
+        one by one, most of the time of trees as code (docs/ARCHITECTURE.md "Trees as
+        numbers"). A tree over the outlining budget, or of compares other than of
+        floats, renders its expansion (whose big blocks are cut into functions)."""
         if self.size(s).size > outline.BUDGET or not s.table.dtype.is_float:
             self.block(s.expand(), then)
             return
