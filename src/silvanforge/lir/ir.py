@@ -5,7 +5,7 @@ nodes, statements are loops, ifs, assignments to mutable local variables, loads 
 stores into buffers. There is no SSA and no control-flow graph: a backend renders a
 ``For`` as a loop and a ``Var`` as a local slot (LLVM's mem2reg makes them registers), and
 a C-style GPU renderer prints the same tree as text. Everything a lower level needs is an
-attribute on a node; nothing here knows about trees, schedules or libraries.
+attribute on a node; nothing here knows about forests, schedules or libraries.
 
 Vectors (CPU only): :class:`Broadcast`, :class:`Iota`, :class:`VectorLoad`,
 :class:`Lookup` and a :class:`Load` whose index is a vector make vectors of ``lanes``
@@ -15,10 +15,10 @@ writes consecutive elements, :class:`Extract` takes one lane back,
 :class:`Shuffle` rearranges the lanes of two vectors and :class:`LaneBits` packs a
 boolean vector into an integer.
 
-One statement, :class:`BranchTree`, is a binary tree of tests ending in constants held
-as lists of numbers (trees as code: a forest of 25,000 nodes took a second to build and
-render as nested ``If`` objects); :meth:`BranchTree.expand` gives the same code as
-those, which is what a backend without a renderer of its own for it runs.
+One statement, :class:`BranchTree`, is a binary tree of tests ending in constants, held
+as lists of numbers (control flow as data: 25,000 nodes of nested ``If`` objects took a
+second to build and render); :meth:`BranchTree.expand` gives the same code as those
+statements, which is what a backend without a renderer of its own for it runs.
 
 Buffers are kernel parameters (pointers with an element type) or small fixed-size local
 arrays. Indices are element indices of type i64. Floating-point comparisons are ordered
