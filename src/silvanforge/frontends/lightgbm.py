@@ -298,10 +298,7 @@ def _floats(block: dict[str, str], key: str, n: int, where: str) -> np.ndarray:
 def _ints(block: dict[str, str], key: str, n: int | None, where: str,
           lo: int, hi: int) -> np.ndarray:
     value = block[key]
-    parsed = numbers.parse_numbers(value, " ", _SHORT_INT_FIELD)
-    if parsed is not None and (any(c in value for c in ".eE") or len(parsed) and
-                               np.abs(parsed).max() >= 1e15):
-        parsed = None  # read as numbers, but not integers of at most 15 digits
+    parsed = numbers.parse_numbers(value, " ", _SHORT_INT_FIELD, integers=True)
     if parsed is not None:
         arr = parsed.astype(np.int64)
     else:

@@ -39,17 +39,28 @@ S_PER_BYTE = 1.7e-8
 _NUMBER_CHARS = re.compile(r"[-+0-9eE.,\s]*")
 
 
-def parse_numbers(text: str, sep: str, syntax: "re.Pattern[str] | None" = None
-                  ) -> np.ndarray | None:
+def parse_numbers(text: str, sep: str, syntax: "re.Pattern[str] | None" = None,
+                  integers: bool = False) -> np.ndarray | None:
     """float64 values of ``text``, numbers separated by ``sep`` ("," with optional
     whitespace around it, or " " exactly once between numbers), or None when ``text``
     is not such a list (the caller parses it exactly). ``syntax``, when given, must
     match the whole text (the format's grammar for the list) where the native scanner
-    does not read it: the scanner's grammar is within every format's grammar for its
-    numbers, and the format's check cost a LightGBM load a third of its time."""
+    does not read it: the scanner's grammar is within every format's grammar for real
+    numbers, and the format's check cost a LightGBM load a third of its time. With
+    ``integers`` (the grammar's numbers are integers of at most 15 digits, exact in
+    float64), a list the scanner reads must have no ``.``, no exponent and no value of
+    16 digits too.
+
+    >>> parse_numbers("3 -4", " ", integers=True).tolist(), parse_numbers("3 4.0", " ",
+    ...                                                                    integers=True)
+    ([3.0, -4.0], None)
+    """
     body = text.strip()
     fast = number_scan.scan(body, sep)
     if fast is not None:
+        if integers and (any(c in body for c in ".eE")
+                         or len(fast) and np.abs(fast).max() >= 1e15):
+            return None
         return fast
     if syntax is not None and not syntax.fullmatch(text):
         return None
