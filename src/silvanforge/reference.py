@@ -129,7 +129,8 @@ def tree_sums(f: Forest, X: np.ndarray) -> np.ndarray:
             margin[start:start + chunk] = _in_tree_order(values)
         else:
             for k in range(f.n_outputs):
-                margin[start:start + chunk, k] = _in_tree_order(values[:, f.tree_output == k, 0])
+                margin[start:start + chunk, k] = _in_tree_order(
+                    values[:, f.tree_output == k, 0])
     return margin
 
 

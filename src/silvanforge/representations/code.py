@@ -231,7 +231,6 @@ class CodeRepresentation(SparseRepresentation):
         that comes out negated swaps its branches."""
         nodes, kind = self._nodes, self._kind
         leaves = nodes["value_bits" if self._values_in_code else "handle"]
-        compare = self.spec.compare
         left: list[int] = []
         right: list[int] = []
         leaf, op, value, slot, test = [], [], [], [], []
@@ -264,9 +263,8 @@ class CodeRepresentation(SparseRepresentation):
                 tests.append(cond.a if swap else cond)  # type: ignore[attr-defined]
             else:
                 if feature not in position:
-                    x = feature_value(ir.i64(feature))
                     position[feature] = len(values)
-                    values.append(x if x.dtype == compare else ir.Cast(x, compare))
+                    values.append(self._compared(feature_value(ir.i64(feature))))
                 swap = how[1]
                 op.append(how[0])
                 value.append(position[feature])
@@ -295,11 +293,15 @@ class CodeRepresentation(SparseRepresentation):
                                     lambda index: x)
             negated = isinstance(cond, ir.Not)
             cond = cond.a if negated else cond  # type: ignore[attr-defined]
-            value = x if dtype == self.spec.compare else ir.Cast(x, self.spec.compare)
-            if isinstance(cond, ir.Cmp) and cond.b is t and cond.a == value:
+            if isinstance(cond, ir.Cmp) and cond.b is t and cond.a == self._compared(x):
                 found = (cond.op, negated)
         self._compares[kind, dtype] = found
         return found
+
+    def _compared(self, x: ir.Expr) -> ir.Expr:
+        """Row value ``x`` as the compares of :meth:`_compare` read it: in the compare
+        type."""
+        return x if x.dtype == self.spec.compare else ir.Cast(x, self.spec.compare)
 
     def _spec(self, key: tuple[int, int, bool]) -> decision.DecisionSpec:
         """The spec of a node's own test: the forest's, narrowed to its operator,

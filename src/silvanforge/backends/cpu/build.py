@@ -120,10 +120,10 @@ def build_object(text: str, triple: str, cpu: str, features: str, opt: int,
     with megabytes of constants takes seconds). ``pic``: position-independent code for
     a shared library (an exported one, :mod:`silvanforge.export`), else code for the
     JIT. ``fast_isel``: LLVM's fast instruction selector at any level (what level 0
-    uses), and no machine scheduler (see :data:`_ISEL_LOCK`). ``passes``: the optimisation passes to run (names of
-    llvmlite's ``add_<name>_pass``, e.g. :data:`STRAIGHT_PASSES`) instead of the level's
-    pipeline, where this llvmlite has them all. A triple of another architecture than
-    this machine's is built too.
+    uses), and no machine scheduler (see :data:`_ISEL_LOCK`). ``passes``: the
+    optimisation passes to run (names of llvmlite's ``add_<name>_pass``, e.g.
+    :data:`STRAIGHT_PASSES`) instead of the level's pipeline, where this llvmlite has
+    them all. A triple of another architecture than this machine's is built too.
 
     >>> obj, ir = build_object("define void @f() { ret void }", llvm.get_process_triple(),
     ...                        "", "", 2)

@@ -250,7 +250,8 @@ class CompiledKernel:
     ``function`` is a ctypes callable: buffers are passed as addresses (``c_void_p``),
     scalars as their C type. ``object_code`` (object files) and ``target`` are what
     :meth:`from_object` needs to load the same code again; ``llvm_ir`` is the optimised
-    module or modules (None after a reload; built on first use). The JIT engine lives as long as this object.
+    module or modules (None after a reload; built on first use). The JIT engine lives
+    as long as this object.
     Code built for a target that does not run on this machine (``refusal`` says why)
     loads and can be saved, but ``function`` and the callable :meth:`entry` returns
     raise :class:`BackendError` when called: running it would end the process on an
