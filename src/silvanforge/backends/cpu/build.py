@@ -61,6 +61,7 @@ _FAST_ISEL = [False]  # what the options were last set for (LLVM's default: off 
 #: code speed (docs/ARCHITECTURE.md, "Compiling big kernels"). An llvmlite without one
 #: of them (0.44 lacks SROA there) runs the level's pipeline.
 STRAIGHT_PASSES = ("sroa", "instruction_combine", "simplify_cfg")
+PLAIN_PASSES = ("sroa",)
 
 
 def build(text: str, triple: str, cpu: str, features: str, opt: int, pic: bool = False,

@@ -237,9 +237,13 @@ class _Pieces:
         first = FIRST_MODULE_FRACTION if not self.job.jobs else 1
         if self.instructions < MIN_PARALLEL_INSTRUCTIONS // first:
             return
-        loops = any(f.loops for f in self.batch)
-        self.job.submit(module.detach(self.batch),
-                        None if loops else build.STRAIGHT_PASSES, self.level)
+        if any(f.loops for f in self.batch):
+            passes = None
+        elif any(f.combine for f in self.batch):
+            passes = build.STRAIGHT_PASSES
+        else:
+            passes = build.PLAIN_PASSES
+        self.job.submit(module.detach(self.batch), passes, self.level)
         self.submitted += self.instructions
         self.batch, self.instructions = [], 0
 

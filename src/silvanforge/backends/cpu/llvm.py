@@ -40,6 +40,9 @@ _INT_BINOPS = {"add": "add", "sub": "sub", "mul": "mul", "div": "sdiv", "rem": "
 _FLOAT_BINOPS = {"add": "fadd", "sub": "fsub", "mul": "fmul", "div": "fdiv", "rem": "frem"}
 _FLOAT_MINMAX = {"min": "llvm.minnum", "max": "llvm.maxnum"}  # NaN operand: the other one
 _CMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
+# A branch on a float compare of these operators is rendered as InstCombine leaves it:
+# the inverse (unordered) compare, the arms swapped (see _s_BranchTree).
+_INVERSE_BRANCH = {"le": ">", "ge": "<", "ne": "=="}
 # Math functions: LLVM intrinsics, except log1p, which LLVM lacks, from libm.
 _MATH = {"exp": "llvm.exp.{t}", "log": "llvm.log.{t}", "sqrt": "llvm.sqrt.{t}",
          "fabs": "llvm.fabs.{t}", "trunc": "llvm.trunc.{t}", "floor": "llvm.floor.{t}"}
@@ -56,6 +59,10 @@ _OMP_FUNCS = {
 # Statements that end a block by branching: rendered last in a block, they branch
 # where control goes after it (see _FunctionBuilder.block).
 _BRANCHING = (ir.If, ir.BranchTree)
+# Statements whose code InstCombine leaves as the renderer writes it (with float
+# compares: see _FunctionBuilder.branch_condition and _e_Cmp); a function of others is
+# built with it (llvmtext.Function.combine).
+_PLAIN = frozenset({ir.Declare, ir.Assign, ir.Store, ir.If, ir.BranchTree})
 _BYTES = {ir.BOOL: 1, ir.I8: 1, ir.I32: 4, ir.I64: 8, ir.F32: 4, ir.F64: 8}
 # On AVX-512, lookups into windows of up to this many 32-bit elements permute (16 loads
 # of 16, 8 two-table permutes, 7 selects); wider ones gather: permuting the deep levels
@@ -238,6 +245,8 @@ class _FunctionBuilder:
                 self._outlined(piece.stmts, piece.free)
                 continue
             for s in piece.stmts:
+                if type(s) not in _PLAIN:
+                    self.fn.combine = True
                 if s is last:
                     getattr(self, "_s_" + type(s).__name__)(s, then)
                 else:
@@ -524,11 +533,13 @@ class _FunctionBuilder:
         a, b = self.lanewise(e.a, e.b)
         if e.a.dtype.is_float:
             return self.b.fcmp_ordered(_CMP[e.op], a, b)
+        self.fn.combine = True  # (InstCombine canonicalises integer compares' selects)
         if e.a.dtype == ir.BOOL:  # true is 1, not -1
             return self.b.icmp_unsigned(_CMP[e.op], a, b)
         return self.b.icmp_signed(_CMP[e.op], a, b)
 
     def _e_Not(self, e: ir.Not) -> ll.Value:
+        self.fn.combine = True
         return self.b.not_(self.expr(e.a))
 
     def _e_IsNaN(self, e: ir.IsNaN) -> ll.Value:
@@ -703,12 +714,13 @@ class _FunctionBuilder:
 
     def _s_If(self, s: ir.If, then: ll.Block | None = None) -> None:
         """``then``: where control goes after the ``If`` (see :meth:`block`)."""
-        cond = self.expr(s.cond)
+        cond, inverse = self.branch_condition(s.cond)
         arms = [(self.fn.append_basic_block("if"), s.then)]
         if s.orelse:
             arms.append((self.fn.append_basic_block("else"), s.orelse))
         end = then or self.fn.append_basic_block("endif")
-        self.b.cbranch(cond, arms[0][0], arms[1][0] if s.orelse else end)
+        yes, no = arms[0][0], arms[1][0] if s.orelse else end
+        self.b.cbranch(cond, *((no, yes) if inverse else (yes, no)))
         for block, stmts in arms:
             self.b.position_at_end(block)
             self.block(stmts, end)
@@ -716,6 +728,16 @@ class _FunctionBuilder:
                 self.b.branch(end)
         if then is None:
             self.b.position_at_end(end)
+
+    def branch_condition(self, cond: ir.Expr) -> tuple[ll.Value, bool]:
+        """``cond`` rendered for a branch, and whether it is its inverse (the branch's
+        arms swap): a float compare of ``le``, ``ge`` or ``ne`` is branched on as the
+        inverse unordered compare, the form InstCombine gives it, so that trees as code
+        need not run that pass (docs/ARCHITECTURE.md, "Compiling big kernels")."""
+        if isinstance(cond, ir.Cmp) and cond.op in _INVERSE_BRANCH and cond.a.dtype.is_float:
+            a, b = self.lanewise(cond.a, cond.b)
+            return self.b.fcmp_unordered(_INVERSE_BRANCH[cond.op], a, b), True
+        return self.expr(cond), False
 
     def _s_BranchTree(self, s: ir.BranchTree, then: ll.Block | None = None) -> None:
         """What rendering :meth:`~.ir.BranchTree.expand` gives, in the same order,
@@ -729,13 +751,15 @@ class _FunctionBuilder:
         b, sizes, select = self.b, s.sizes(), s.select_nodes
         slot, leaf_type = self.slot(s.var.name), llvm_type(s.var.dtype)
 
-        def cond(k: int) -> ll.Value:
+        def cond(k: int, inverse: bool = False) -> ll.Value:
             if s.test[k] >= 0:
                 return self.expr(s.tests[s.test[k]])
             x = self._row_value(s.values[s.value[k]])
             # (bound only where a compare reads it: a tree of none is not passed it)
             t = b.load(b.gep(self.buffer(s.table.name), [ll.Constant(_I64, s.slot[k])]),
                        invariant=s.table.readonly)
+            if inverse:
+                return b.fcmp_unordered(_INVERSE_BRANCH[s.op[k]], x, t)
             return b.fcmp_ordered(_CMP[s.op[k]], x, t)
 
         def value(k: int) -> ll.Value:
@@ -745,10 +769,11 @@ class _FunctionBuilder:
             return b.select(c, value(s.left[k]), value(s.right[k]))
 
         def branch(k: int, end: ll.Block | None) -> ll.Block:
-            c = cond(k)
+            inverse = s.test[k] < 0 and s.op[k] in _INVERSE_BRANCH
+            c = cond(k, inverse)
             yes, no = self.fn.append_basic_block("if"), self.fn.append_basic_block("else")
             end = end or self.fn.append_basic_block("endif")
-            b.cbranch(c, yes, no)
+            b.cbranch(c, no, yes) if inverse else b.cbranch(c, yes, no)
             for block, child in ((yes, s.left[k]), (no, s.right[k])):
                 b.position_at_end(block)
                 self.scopes.push()

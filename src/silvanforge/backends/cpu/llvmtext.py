@@ -126,6 +126,11 @@ class Value:
         return f"{self.type.text} {self.ref}"
 
 
+# The integer operations with a right identity, and that identity as a constant's text.
+_IDENTITY = {"add": "0", "sub": "0", "or": "0", "xor": "0", "shl": "0", "lshr": "0",
+             "ashr": "0", "mul": "1", "sdiv": "1", "udiv": "1"}
+
+
 class Constant(Value):
     """A constant of an integer or floating type; floats print as their float64 bits
     (an ``f32`` first rounded to float32, as LLVM requires)."""
@@ -250,7 +255,7 @@ class Function(Value):
     """A function of a module: a declaration until a block is appended."""
 
     __slots__ = ("module", "name", "ftype", "args", "blocks", "linkage", "attributes",
-                 "uses", "loops", "_names", "_next")
+                 "uses", "loops", "combine", "_names", "_next")
 
     def __init__(self, module: Module, ftype: FunctionType, name: str) -> None:
         super().__init__(ftype.as_pointer(), '@"' + name + '"')
@@ -260,6 +265,9 @@ class Function(Value):
         self.linkage, self.attributes = "", set()
         self.uses: dict[str, Function] = {}  # functions it calls or passes
         self.loops = False  # whether it holds a loop (the renderer says)
+        # whether it holds code that InstCombine improves (the renderer says; trees as
+        # code are rendered in the form it gives them: see llvm._s_BranchTree)
+        self.combine = False
         self._names: dict[str, int] = {}
         self._next = len(self.args) - 1  # temporaries follow the arguments
         module.globals[name] = self
@@ -451,7 +459,11 @@ class IRBuilder:
 
     # arithmetic
     def binary(self, op: str, a: Value, b: Value) -> Value:
-        """``op`` (an LLVM opcode: ``add``, ``fmul``, ``sdiv``, ...) on ``a`` and ``b``."""
+        """``op`` (an LLVM opcode: ``add``, ``fmul``, ``sdiv``, ...) on ``a`` and ``b``;
+        ``a`` itself where ``b`` is an integer operation's identity (an index ``i * 1 +
+        0``: the fast instruction selector emits them where InstCombine does not run)."""
+        if isinstance(b, Constant) and b.ref == _IDENTITY.get(op):
+            return a
         return self._pure(a.type, f"{op} {a.type.text} {a.ref}, {b.ref}")
 
     def not_(self, a: Value) -> Value:
@@ -478,6 +490,10 @@ class IRBuilder:
         return self._compare("fcmp", _FCMP_UNORDERED, op, a, b)
 
     def select(self, cond: Value, a: Value, b: Value) -> Value:
+        """``a`` where ``cond`` else ``b``; ``a`` itself where both are the same value
+        (two leaves of a tree with one value)."""
+        if a.ref == b.ref:
+            return a
         return self._pure(a.type, f"select {cond.type.text} {cond.ref}, {a.type.text} {a.ref}, "
                                   f"{b.type.text} {b.ref}")
 
