@@ -347,9 +347,11 @@ def _node_keys(forest: Forest, threshold: np.ndarray
     with np.errstate(invalid="ignore"):
         zero_left = np.where(op == OP_LT, 0.0 < threshold,
                              np.where(op == OP_LE, 0.0 <= threshold, 0.0 == threshold))
-    keys = np.stack([op, np.where(as_zero, MISSING_NAN, rule),
-                     np.where(as_zero, zero_left, forest.default_left)], axis=1)
-    keys = keys.astype(np.int64)
+    # One integer a key, in the order of (operator, rule, direction): np.unique over
+    # rows sorts them as structured values, 0.05 s for 25,000 nodes.
+    keys = (op * 6 + np.where(as_zero, MISSING_NAN, rule) * 2
+            + np.where(as_zero, zero_left, forest.default_left).astype(np.int64))
     keys[forest.left < 0] = -1
-    unique, kind = np.unique(keys, axis=0, return_inverse=True)
-    return [(int(o), int(r), bool(d)) for o, r, d in unique], kind.reshape(-1)
+    unique, kind = np.unique(keys, return_inverse=True)
+    return [(-1, -1, True) if k < 0 else (k // 6, k % 6 // 2, bool(k % 2))
+            for k in unique.tolist()], kind.reshape(-1)

@@ -14,8 +14,6 @@ split) whose two children are both that leaf: one extra step on that path, as in
 
 from __future__ import annotations
 
-from collections import deque
-
 import numpy as np
 
 from ..errors import UnsupportedModelError
@@ -77,60 +75,78 @@ def _starts(forest: Forest, slot_nodes: np.ndarray) -> np.ndarray:
     return np.searchsorted(tree, np.arange(forest.n_trees + 1)).astype(np.int64)
 
 
-def _layout(forest: Forest) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _layout(forest: Forest
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(internal slot → global node, child handles, leaf slot → global node, root handles).
 
-    Internal slots are numbered first; a leaf handle is ``N + leaf slot``, so leaf
-    references are kept as negative ``-(slot + 1)`` until ``N`` is known. There is always
-    at least one internal slot (padding, -1) so that the node tables are never empty.
+    A tree's slots come before the next tree's, breadth first: its root, then the two
+    children of each slot walked, in the order they are walked. A leaf beside a split
+    sibling becomes a hop: a slot of its parent's split, both ways to that leaf. A slot
+    whose children are both leaves, and a hop, point at a pair of leaf slots, laid out
+    in the order the walk makes them; a tree that is one leaf has one leaf slot. A
+    handle is a slot, or ``N + leaf slot`` past the ``N`` internal slots. There is
+    always an internal slot (padding, -1) so that the node tables are never empty.
+    Built a level at a time over all trees (a Python step a node took 0.09 s for
+    25,000 nodes).
     """
-    internal: list[int] = []
-    child: list[int] = []
-    leaf: list[int] = []
-    roots: list[int] = []
-    is_leaf = forest.is_leaf
-
-    def add_leaf_pair(first: int, second: int) -> int:
-        leaf.extend((first, second))
-        return -(len(leaf) - 2) - 1
-
-    def add_internal(node: int) -> int:
-        internal.append(node)
-        child.append(0)
-        return len(internal) - 1
-
-    for t in range(forest.n_trees):
-        base = int(forest.tree_offsets[t])
-        if is_leaf[base]:
-            leaf.append(base)
-            roots.append(-(len(leaf) - 1) - 1)
-            continue
-        roots.append(add_internal(base))
-        queue = deque([len(internal) - 1])
-        while queue:
-            slot = queue.popleft()
-            node = internal[slot]
-            left = base + int(forest.left[node])
-            right = base + int(forest.right[node])
-            if is_leaf[left] and is_leaf[right]:
-                child[slot] = add_leaf_pair(left, right)
-                continue
-            first = len(internal)
-            for kid in (left, right):
-                # A leaf next to an internal sibling becomes a hop: the parent's split,
-                # both ways to that leaf.
-                kid_slot = add_internal(node if is_leaf[kid] else kid)
-                if is_leaf[kid]:
-                    child[kid_slot] = add_leaf_pair(kid, kid)
-                else:
-                    queue.append(kid_slot)
-            child[slot] = first
-    if not internal:
-        add_internal(-1)
-    n = len(internal)
-
-    def handle(ref: int) -> int:
-        return ref if ref >= 0 else n + (-ref - 1)
-
-    return (np.array(internal, dtype=np.int64), np.array([handle(c) for c in child]),
-            np.array(leaf, dtype=np.int64), np.array([handle(r) for r in roots], np.int64))
+    offsets = forest.tree_offsets[:-1].astype(np.int64)
+    n_trees, is_leaf = len(offsets), forest.is_leaf
+    base = np.repeat(offsets, np.diff(forest.tree_offsets))
+    left, right = base + forest.left, base + forest.right
+    single = np.flatnonzero(is_leaf[offsets])  # trees that are one leaf
+    # Per level: each slot's node (a hop's: its parent), tree and leaf (a hop's; else
+    # -1); which slots have children (split, not both leaves) and which a leaf pair.
+    node = np.delete(offsets, single)
+    tree = np.delete(np.arange(n_trees), single)
+    hop = np.full(len(node), -1)
+    levels = []
+    while len(node):
+        both = is_leaf[left[node]] & is_leaf[right[node]]
+        parents, pairs = (hop < 0) & ~both, (hop < 0) & both
+        levels.append((node, tree, hop, parents, pairs))
+        kid = np.stack([left[node[parents]], right[node[parents]]], axis=1).ravel()
+        hop = np.where(is_leaf[kid], kid, -1)
+        node = np.where(hop >= 0, np.repeat(node[parents], 2), kid)
+        tree = np.repeat(tree[parents], 2)
+    if not levels:
+        return (np.array([-1]), np.zeros(1, np.int64), offsets,
+                1 + np.arange(n_trees, dtype=np.int64))
+    # Slots: level order, made tree-major by a stable sort.
+    trees = np.concatenate([level[1] for level in levels])
+    order = np.argsort(trees, kind="stable")
+    slot = np.empty(len(order), dtype=np.int64)
+    slot[order] = np.arange(len(order))
+    starts = np.cumsum([0] + [len(level[0]) for level in levels])
+    child = np.zeros(len(order), dtype=np.int64)
+    # Leaf pairs: (tree, the walked slot that makes them, left or right hop), first
+    # leaf, second leaf, the slot pointing at them.
+    made: list[tuple] = []
+    for k, (node, tree, hop, parents, pairs) in enumerate(levels):
+        here = slot[starts[k]:starts[k + 1]]
+        if parents.any():  # their children: the next level's pairs of slots, in order
+            child[here[parents]] = slot[starts[k + 1]:starts[k + 2]:2]
+        made.append((tree[pairs], here[pairs], np.zeros(int(pairs.sum()), np.int64),
+                     left[node[pairs]], right[node[pairs]], here[pairs]))
+        if k:  # hops, made when their parent was walked
+            above = slot[starts[k - 1]:starts[k]][levels[k - 1][3]]
+            side = np.arange(len(node)) % 2
+            hops = hop >= 0
+            made.append((tree[hops], np.repeat(above, 2)[hops], side[hops], hop[hops],
+                         hop[hops], here[hops]))
+    pair_tree, by, side, first, second, owner = (np.concatenate(x) for x in zip(*made))
+    # Leaf slots: the pairs and the one-leaf trees, by tree, then walk order.
+    rank = np.lexsort((np.concatenate([side, np.zeros(len(single), np.int64)]),
+                       np.concatenate([by, np.full(len(single), -1)]),
+                       np.concatenate([pair_tree, single])))
+    width = np.concatenate([np.full(len(first), 2), np.ones(len(single), np.int64)])
+    start = np.empty(len(rank), dtype=np.int64)
+    start[rank] = np.cumsum(width[rank]) - width[rank]
+    leaf = np.empty(int(width.sum()), dtype=np.int64)
+    leaf[start] = np.concatenate([first, offsets[single]])
+    leaf[start[:len(first)] + 1] = second
+    n = len(order)
+    child[owner] = n + start[:len(first)]
+    roots = np.empty(n_trees, dtype=np.int64)
+    roots[levels[0][1]] = slot[:len(levels[0][0])]
+    roots[single] = n + start[len(first):]
+    return np.concatenate([level[0] for level in levels])[order], child, leaf, roots

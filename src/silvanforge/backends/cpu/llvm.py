@@ -734,7 +734,8 @@ class _FunctionBuilder:
         arms swap): a float compare of ``le``, ``ge`` or ``ne`` is branched on as the
         inverse unordered compare, the form InstCombine gives it, so that trees as code
         need not run that pass (docs/ARCHITECTURE.md, "Compiling big kernels")."""
-        if isinstance(cond, ir.Cmp) and cond.op in _INVERSE_BRANCH and cond.a.dtype.is_float:
+        if (isinstance(cond, ir.Cmp) and cond.op in _INVERSE_BRANCH
+                and cond.a.dtype.is_float):
             a, b = self.lanewise(cond.a, cond.b)
             return self.b.fcmp_unordered(_INVERSE_BRANCH[cond.op], a, b), True
         return self.expr(cond), False
