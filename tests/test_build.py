@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import threading
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -21,6 +22,7 @@ import silvanforge
 from silvanforge import reference
 from silvanforge.backends.cpu import build, jit, llvmtext as ll, outline
 from silvanforge.errors import BackendError
+from silvanforge.model.forest import OP_LE, OP_LT
 
 from test_code_representation import CODE_SCHEDULES, _big_forest
 from util import with_nans
@@ -128,6 +130,76 @@ def test_straight_passes_are_chosen_per_module(two_cores):
     assert built[2] == build.build_object(_STRAIGHT, *ARGS)
 
 
+_LOOP = """
+define void @scale(double* noalias %x, i64 %n) {
+entry:
+  br label %loop
+loop:
+  %i = phi i64 [0, %entry], [%j, %loop]
+  %p = getelementptr double, double* %x, i64 %i
+  %v = load double, double* %p
+  %w = fmul double %v, 3.25
+  store double %w, double* %p
+  %j = add i64 %i, 1
+  %c = icmp slt i64 %j, %n
+  br i1 %c, label %loop, label %done
+done:
+  ret void
+}
+"""
+
+
+def test_lean_code_generation_is_set_per_module(two_cores):
+    # LEAN_CODEGEN's options are process-wide: set while a module that names them is
+    # emitted (they change this loop's code: machine LICM hoists its constant), reset
+    # for the next, here and in a worker. No IR pass runs where only options are named.
+    plain = build.build_object(_LOOP, *ARGS, passes=())
+    lean = build.build_object(_LOOP, *ARGS, passes=build.LEAN_CODEGEN)
+    assert lean[0] != plain[0] and lean[1] == plain[1]
+    assert "phi" in plain[1]  # (as written: no pass ran)
+    assert build.build_object(_LOOP, *ARGS, passes=())[0] == plain[0]
+    job = build.ParallelBuild(*ARGS)
+    job.submit(_LOOP, build.LEAN_CODEGEN)
+    job.submit(_LOOP, ())
+    built = job.finish(_BRANCHES)
+    assert built[1][0] == lean[0] and built[2][0] == plain[0]
+
+
+@pytest.mark.parametrize("op", [OP_LT, OP_LE])
+def test_trees_as_code_are_built_as_instcombine_would_leave_them(op, two_cores,
+                                                                 monkeypatch):
+    # Pieces of trees as code of float compares are rendered in InstCombine's form
+    # (branches on le/ge/ne as the inverse compare; no identities): built without it
+    # and SimplifyCFG (PLAIN_PASSES), their machine code is the same.
+    if build._pass_manager(build.STRAIGHT_PASSES[:3]) is None:
+        pytest.skip("this llvmlite's new pass manager lacks SROA (0.44): the level's "
+                    "pipeline runs")
+    submitted = []
+    original = build.ParallelBuild.submit
+
+    def spy(self, text, passes=None, level=None):
+        submitted.append((text, passes, self.target))
+        original(self, text, passes, level)
+
+    monkeypatch.setattr(build.ParallelBuild, "submit", spy)
+    monkeypatch.setattr(outline, "BUDGET", 300)
+    monkeypatch.setattr(jit, "MIN_PARALLEL_INSTRUCTIONS", 200)
+    forest = _big_forest(n_trees=12, seed=7)
+    forest = replace(forest, split_op=np.where(forest.left >= 0, op, forest.split_op))
+    X = with_nans(np.random.default_rng(8).normal(size=(50, 5)), 0.2)
+    # (trees in the row loop, as big trees' default: each outlined tree is straight code)
+    predictor = silvanforge.compile(forest, representation="code", schedule="unroll(tree)",
+                                    n_jobs=2)
+    np.testing.assert_allclose(predictor.predict(X), reference.predict(forest, X),
+                               rtol=1e-12, atol=1e-12)
+    assert submitted and all(passes == build.PLAIN_PASSES for _, passes, _ in submitted)
+    for text, _, target in submitted:
+        triple, cpu, features, opt, pic, keep_ir, fast_isel = target
+        args = (triple, cpu, features, opt, pic, False, fast_isel)
+        assert build.build_object(text, *args, passes=build.PLAIN_PASSES)[0] == \
+            build.build_object(text, *args, passes=build.STRAIGHT_PASSES)[0]
+
+
 def test_pieces_without_loops_get_the_straight_passes(two_cores, monkeypatch):
     submitted = []
     original = build.ParallelBuild.submit
@@ -142,12 +214,13 @@ def test_pieces_without_loops_get_the_straight_passes(two_cores, monkeypatch):
     job = build.ParallelBuild(TARGET.triple, TARGET.cpu, TARGET.features, 2)
     pieces = jit._Pieces(job, (2, False))
     module = ll.Module("m")
-    for name, loops in (("plain", False), ("looping", True)):
+    for name, loops, combine in (("plain", False, False), ("combining", False, True),
+                                 ("looping", True, False)):
         fn = ll.Function(module, ll.FunctionType(ll.VoidType(), []), name)
         ll.IRBuilder(fn.append_basic_block("entry")).ret_void()
-        fn.loops = loops
+        fn.loops, fn.combine = loops, combine
         pieces(module, fn)
-    assert submitted == [build.STRAIGHT_PASSES, None]
+    assert submitted == [build.PLAIN_PASSES, build.STRAIGHT_PASSES, None]
     job.finish("define void @main() { ret void }")
 
 

@@ -50,6 +50,14 @@ BUILDS_PER_WORKER = 100
 #: same without it (docs/ARCHITECTURE.md, "Compiling big kernels").
 _ISEL_LOCK = threading.Lock()
 _FAST_ISEL = [False]  # what the options were last set for (LLVM's default: off above O0)
+_CODEGEN: list[tuple[str, ...]] = [()]  # the code generation options set now (see below)
+#: Code generation passes that change nothing in straight-line modules (trees as code:
+#: the same instructions, compared on 100 x 255 leaves, higgs, year, nyc_taxi and
+#: mtpl2), turned off for them: 4.5% of their LLVM work (docs/ARCHITECTURE.md,
+#: "Compiling big kernels").
+LEAN_CODEGEN = ("-disable-machine-licm", "-disable-postra-machine-licm",
+                "-disable-postra-machine-sink", "-disable-machine-dce", "-disable-copyprop",
+                "-disable-early-taildup", "-disable-early-ifcvt", "-disable-ssc")
 #: The passes a module of functions without loops gets instead of its level's whole
 #: pipeline (:meth:`ParallelBuild.submit`; a big kernel's outlined pieces: trees as
 #: code). The loop, inlining and module-wide passes have nothing to do there; what the
@@ -59,9 +67,14 @@ _FAST_ISEL = [False]  # what the options were last set for (LLVM's default: off 
 #: because the renderer forwards stores to loads (``_s_Store``), as GVN did at a fifth
 #: of these modules' LLVM time. Half the passes' CPU time of the pipeline, the same
 #: code speed (docs/ARCHITECTURE.md, "Compiling big kernels"). An llvmlite without one
-#: of them (0.44 lacks SROA there) runs the level's pipeline.
-STRAIGHT_PASSES = ("sroa", "instruction_combine", "simplify_cfg")
-PLAIN_PASSES = ("sroa",)
+#: of them (0.44 lacks SROA there) runs the level's pipeline. Names that start with "-"
+#: are LLVM options set (process-wide, under the selector's lock) while the module's
+#: code is generated: :data:`LEAN_CODEGEN`.
+STRAIGHT_PASSES = ("sroa", "instruction_combine", "simplify_cfg") + LEAN_CODEGEN
+#: What a module of only code the renderer writes as InstCombine would leave it gets
+#: (``llvmtext.Function.combine`` false: trees as code of float compares): the same
+#: machine code as with :data:`STRAIGHT_PASSES`, for a fifth less of its LLVM time.
+PLAIN_PASSES = ("sroa",) + LEAN_CODEGEN
 
 
 def build(text: str, triple: str, cpu: str, features: str, opt: int, pic: bool = False,
@@ -124,7 +137,8 @@ def build_object(text: str, triple: str, cpu: str, features: str, opt: int,
     uses), and no machine scheduler (see :data:`_ISEL_LOCK`). ``passes``: the
     optimisation passes to run (names of llvmlite's ``add_<name>_pass``, e.g.
     :data:`STRAIGHT_PASSES`) instead of the level's pipeline, where this llvmlite has
-    them all. A triple of another architecture than this machine's is built too.
+    them all, and LLVM's boolean options (``-disable-...``) to set while the module's
+    code is generated. A triple of another architecture than this machine's is built too.
 
     >>> obj, ir = build_object("define void @f() { ret void }", llvm.get_process_triple(),
     ...                        "", "", 2)
@@ -148,19 +162,29 @@ def build_object(text: str, triple: str, cpu: str, features: str, opt: int,
         raise BuildError(str(exc)) from None
     options = llvm.create_pipeline_tuning_options(speed_level=opt)
     builder = llvm.create_pass_builder(machine, options)
-    (_pass_manager(passes) or builder.getModulePassManager()).run(module, builder)
+    if passes is None or any(not p.startswith("-") for p in passes):
+        (_pass_manager(passes) or builder.getModulePassManager()).run(module, builder)
+    codegen = tuple(p for p in passes or () if p.startswith("-"))
     with _ISEL_LOCK:
         if fast_isel != _FAST_ISEL[0]:
             llvm.set_option("", f"-fast-isel={'true' if fast_isel else 'false'}")
             llvm.set_option("", f"-enable-misched={'false' if fast_isel else 'true'}")
             _FAST_ISEL[0] = fast_isel
+        if codegen != _CODEGEN[0]:
+            for flag in _CODEGEN[0]:
+                llvm.set_option("", flag + "=false")
+            for flag in codegen:
+                llvm.set_option("", flag)
+            _CODEGEN[0] = codegen
         obj = machine.emit_object(module)
     return obj, str(module) if keep_ir else ""
 
 
 def _pass_manager(names: Sequence[str] | None):  # type: ignore[no-untyped-def]
-    """A module pass manager running ``names`` in order; None where none are named or
-    this llvmlite lacks one."""
+    """A module pass manager running the passes ``names`` in order (LLVM options, which
+    start with "-", are not passes); None where none are named or this llvmlite lacks
+    one."""
+    names = [name for name in names or () if not name.startswith("-")]
     if not names:
         return None
     manager = llvm.create_new_module_pass_manager()
