@@ -73,8 +73,12 @@ LEAN_CODEGEN = ("-disable-machine-licm", "-disable-postra-machine-licm",
 STRAIGHT_PASSES = ("sroa", "instruction_combine", "simplify_cfg") + LEAN_CODEGEN
 #: What a module of only code the renderer writes as InstCombine would leave it gets
 #: (``llvmtext.Function.combine`` false: trees as code of float compares): the same
-#: machine code as with :data:`STRAIGHT_PASSES`, for a fifth less of its LLVM time.
-PLAIN_PASSES = ("sroa",) + LEAN_CODEGEN
+#: machine code as with :data:`STRAIGHT_PASSES` for a fifth less of its LLVM time; and
+#: no machine CSE nor constant hoisting, 8% of what is left: nothing to do on 100 x 255
+#: leaves and higgs, a few instructions moved on year and nyc_taxi, which ran the same
+#: (docs/ARCHITECTURE.md, "Compiling big kernels").
+PLAIN_PASSES = ("sroa",) + LEAN_CODEGEN + ("-disable-machine-cse",
+                                           "-disable-constant-hoisting")
 
 
 def build(text: str, triple: str, cpu: str, features: str, opt: int, pic: bool = False,
