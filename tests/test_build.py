@@ -227,6 +227,46 @@ def test_pieces_without_loops_get_the_straight_passes(two_cores, monkeypatch):
     job.finish("define void @main() { ret void }")
 
 
+def test_the_last_batch_of_plain_trees_goes_to_the_workers(two_cores, monkeypatch):
+    # Once a module was sent, the plain functions left at the end are sent too; the
+    # others (the parallel loop's launch) stay in the main module. A kernel that sent
+    # nothing keeps its batch.
+    submitted = []
+    original = build.ParallelBuild.submit
+
+    def spy(self, text, passes=None, level=None):
+        submitted.append((passes, text.count("define")))
+        original(self, text, passes, level)
+
+    monkeypatch.setattr(build.ParallelBuild, "submit", spy)
+    monkeypatch.setattr(jit, "MIN_PARALLEL_INSTRUCTIONS", 6)
+    monkeypatch.setattr(jit, "FIRST_MODULE_FRACTION", 1)
+    job = build.ParallelBuild(TARGET.triple, TARGET.cpu, TARGET.features, 2)
+    pieces = jit._Pieces(job, (2, False))
+    module = ll.Module("m")
+
+    def function(name: str, size: int, combine: bool = False) -> ll.Function:
+        fn = ll.Function(module, ll.FunctionType(ll.VoidType(), []), name)
+        b = ll.IRBuilder(fn.append_basic_block("entry"))
+        for k in range(size - 1):
+            b.binary("add", ll.Constant(ll.IntType(64), k), ll.Constant(ll.IntType(64), 1))
+        b.ret_void()
+        fn.combine = combine
+        return fn
+
+    pieces.last(module)
+    assert submitted == []
+    pieces(module, function("first", 6))
+    small, launch = function("small", 2), function("launch", 2, combine=True)
+    for fn in (small, launch):
+        pieces(module, fn)
+    assert len(submitted) == 1
+    pieces.last(module)
+    assert submitted == [(build.PLAIN_PASSES, 1), (build.PLAIN_PASSES, 1)]
+    assert pieces.batch == [launch]
+    job.finish("define void @main() { ret void }")
+
+
 def test_the_renderer_marks_functions_with_loops():
     from silvanforge.lir import ir
 

@@ -199,6 +199,7 @@ def _parallel(kernels: Sequence[ir.Kernel], levels: list[tuple[int, bool]], targ
             pieces = _Pieces(job, level)
             first = len(job.jobs)
             module = render_kernel(kernel, target, pieces)
+            pieces.last(module)
             parts.append(list(range(first, len(job.jobs))))
             sizes.append(_instructions(module) + pieces.submitted)
             if k < len(kernels) - 1:
@@ -221,9 +222,9 @@ class _Pieces:
     """Collects a kernel's outlined functions into modules of at least
     :data:`MIN_PARALLEL_INSTRUCTIONS` (the build's first, a :data:`FIRST_MODULE_FRACTION`
     of it), each sent to the parallel build ``job`` at ``level`` when full (built with
-    :data:`.build.STRAIGHT_PASSES` where none of its functions holds a loop). The last
-    batch stays in the main module, under its pipeline: sent on its own, it slowed
-    the code of small trees (docs/ARCHITECTURE.md, "Compiling big kernels")."""
+    :data:`.build.PLAIN_PASSES` or :data:`.build.STRAIGHT_PASSES` where none of its
+    functions holds a loop). Of the last batch, what is not plain trees stays in the
+    main module, under its pipeline (:meth:`last`)."""
 
     def __init__(self, job: build.ParallelBuild, level: tuple[int, bool]) -> None:
         self.job, self.level = job, level
@@ -235,8 +236,21 @@ class _Pieces:
         self.batch.append(fn)
         self.instructions += fn.instructions
         first = FIRST_MODULE_FRACTION if not self.job.jobs else 1
-        if self.instructions < MIN_PARALLEL_INSTRUCTIONS // first:
-            return
+        if self.instructions >= MIN_PARALLEL_INSTRUCTIONS // first:
+            self._send(module)
+
+    def last(self, module: ll.Module) -> None:
+        """The render is done: if modules were sent, the last batch's plain trees (no
+        loop, nothing InstCombine changes) go to the workers too, as a module of their
+        own, instead of under the main module's pipeline; the rest (the parallel
+        loop's launch) stays (docs/ARCHITECTURE.md, "Compiling big kernels")."""
+        plain = [f for f in self.batch if not (f.loops or f.combine)]
+        if plain and self.job.jobs:
+            self.job.submit(module.detach(plain), build.PLAIN_PASSES, self.level)
+            self.submitted += sum(f.instructions for f in plain)
+            self.batch = [f for f in self.batch if f.loops or f.combine]
+
+    def _send(self, module: ll.Module) -> None:
         if any(f.loops for f in self.batch):
             passes = None
         elif any(f.combine for f in self.batch):
