@@ -751,14 +751,16 @@ class _FunctionBuilder:
             return
         b, sizes, select = self.b, s.sizes(), s.select_nodes
         slot, leaf_type = self.slot(s.var.name), llvm_type(s.var.dtype)
+        table: list[ll.Value] = []  # looked up where a compare first reads it (a tree
+        readonly = s.table.readonly  # of none is not passed it)
 
         def cond(k: int, inverse: bool = False) -> ll.Value:
             if s.test[k] >= 0:
                 return self.expr(s.tests[s.test[k]])
             x = self._row_value(s.values[s.value[k]])
-            # (bound only where a compare reads it: a tree of none is not passed it)
-            t = b.load(b.gep(self.buffer(s.table.name), [ll.Constant(_I64, s.slot[k])]),
-                       invariant=s.table.readonly)
+            if not table:
+                table.append(self.buffer(s.table.name))
+            t = b.load(b.element(table[0], s.slot[k]), invariant=readonly)
             if inverse:
                 return b.fcmp_unordered(_INVERSE_BRANCH[s.op[k]], x, t)
             return b.fcmp_ordered(_CMP[s.op[k]], x, t)

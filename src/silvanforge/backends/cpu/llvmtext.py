@@ -433,6 +433,12 @@ class IRBuilder:
         return emit(vty, f"load {vty.text}, {ptr.type.text} {ptr.ref}, "
                          f"align {_BYTES[element.text]}")
 
+    def element(self, ptr: Value, index: int) -> Value:
+        """``gep(ptr, [i64 index])`` for a constant ``index`` (a tree's thresholds)."""
+        pointee = ptr.type.pointee  # type: ignore[attr-defined]
+        return self._pure(pointee.as_pointer(), f"getelementptr {pointee.text}, "
+                                                 f"{ptr.type.text} {ptr.ref}, i64 {index}")
+
     def gep(self, ptr: Value, indices: Sequence[Value]) -> Value:
         pointee = ptr.type.pointee  # type: ignore[attr-defined]
         if len(indices) == 1 and not isinstance(indices[0].type, VectorType):
