@@ -41,7 +41,7 @@ _FLOAT_BINOPS = {"add": "fadd", "sub": "fsub", "mul": "fmul", "div": "fdiv", "re
 _FLOAT_MINMAX = {"min": "llvm.minnum", "max": "llvm.maxnum"}  # NaN operand: the other one
 _CMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
 # A branch on a float compare of these operators is rendered as InstCombine leaves it:
-# the inverse (unordered) compare, the arms swapped (see _s_BranchTree).
+# the inverse (unordered) compare, the arms swapped (see branch_condition).
 _INVERSE_BRANCH = {"le": ">", "ge": "<", "ne": "=="}
 # Math functions: LLVM intrinsics, except log1p, which LLVM lacks, from libm.
 _MATH = {"exp": "llvm.exp.{t}", "log": "llvm.log.{t}", "sqrt": "llvm.sqrt.{t}",
@@ -738,6 +738,8 @@ class _FunctionBuilder:
                 and cond.a.dtype.is_float):
             a, b = self.lanewise(cond.a, cond.b)
             return self.b.fcmp_unordered(_INVERSE_BRANCH[cond.op], a, b), True
+        if not isinstance(cond, (ir.Cmp, ir.Var, ir.Const)):
+            self.fn.combine = True  # (it folds logic of compares, a NaN test's form)
         return self.expr(cond), False
 
     def _s_BranchTree(self, s: ir.BranchTree, then: ll.Block | None = None) -> None:
@@ -755,7 +757,8 @@ class _FunctionBuilder:
         readonly = s.table.readonly  # of none is not passed it)
 
         def cond(k: int, inverse: bool = False) -> ll.Value:
-            if s.test[k] >= 0:
+            if s.test[k] >= 0:  # (a category or missing-value rule's test)
+                self.fn.combine = True
                 return self.expr(s.tests[s.test[k]])
             x = self._row_value(s.values[s.value[k]])
             if not table:
