@@ -49,6 +49,21 @@ def two_cores(monkeypatch):
     monkeypatch.setattr(build, "cores", lambda: 2)
 
 
+@pytest.fixture
+def submitted(monkeypatch):
+    """What :meth:`build.ParallelBuild.submit` is given: (text, passes, target) a
+    module, in order."""
+    calls: list[tuple] = []
+    original = build.ParallelBuild.submit
+
+    def spy(self, text, passes=None, level=None):
+        calls.append((text, passes, self.target))
+        original(self, text, passes, level)
+
+    monkeypatch.setattr(build.ParallelBuild, "submit", spy)
+    return calls
+
+
 def test_a_worker_builds_what_this_process_builds(two_cores):
     texts = [_module_text(f"f{i}", 1.5 + i) for i in range(3)]
     job = build.ParallelBuild(*ARGS)
@@ -166,7 +181,7 @@ def test_lean_code_generation_is_set_per_module(two_cores):
 
 
 @pytest.mark.parametrize("op", [OP_LT, OP_LE])
-def test_trees_as_code_are_built_as_instcombine_would_leave_them(op, two_cores,
+def test_trees_as_code_are_built_as_instcombine_would_leave_them(op, two_cores, submitted,
                                                                  monkeypatch):
     # Pieces of trees as code of float compares are rendered in InstCombine's form
     # (branches on le/ge/ne as the inverse compare; no identities): built without it
@@ -174,14 +189,6 @@ def test_trees_as_code_are_built_as_instcombine_would_leave_them(op, two_cores,
     if build._pass_manager(build.STRAIGHT_PASSES[:3]) is None:
         pytest.skip("this llvmlite's new pass manager lacks SROA (0.44): the level's "
                     "pipeline runs")
-    submitted = []
-    original = build.ParallelBuild.submit
-
-    def spy(self, text, passes=None, level=None):
-        submitted.append((text, passes, self.target))
-        original(self, text, passes, level)
-
-    monkeypatch.setattr(build.ParallelBuild, "submit", spy)
     monkeypatch.setattr(outline, "BUDGET", 300)
     monkeypatch.setattr(jit, "MIN_PARALLEL_INSTRUCTIONS", 200)
     forest = _big_forest(n_trees=12, seed=7)
@@ -203,15 +210,7 @@ def test_trees_as_code_are_built_as_instcombine_would_leave_them(op, two_cores,
             build.build_object(text, *args, passes=combined)[0]
 
 
-def test_pieces_without_loops_get_the_straight_passes(two_cores, monkeypatch):
-    submitted = []
-    original = build.ParallelBuild.submit
-
-    def spy(self, text, passes=None, level=None):
-        submitted.append(passes)
-        original(self, text, passes, level)
-
-    monkeypatch.setattr(build.ParallelBuild, "submit", spy)
+def test_pieces_without_loops_get_the_straight_passes(two_cores, submitted, monkeypatch):
     monkeypatch.setattr(jit, "MIN_PARALLEL_INSTRUCTIONS", 1)
     monkeypatch.setattr(jit, "FIRST_MODULE_FRACTION", 1)
     job = build.ParallelBuild(TARGET.triple, TARGET.cpu, TARGET.features, 2)
@@ -223,22 +222,16 @@ def test_pieces_without_loops_get_the_straight_passes(two_cores, monkeypatch):
         ll.IRBuilder(fn.append_basic_block("entry")).ret_void()
         fn.loops, fn.combine = loops, combine
         pieces(module, fn)
-    assert submitted == [build.PLAIN_PASSES, build.STRAIGHT_PASSES, None]
+    assert [passes for _, passes, _ in submitted] == [build.PLAIN_PASSES,
+                                                      build.STRAIGHT_PASSES, None]
     job.finish("define void @main() { ret void }")
 
 
-def test_the_last_batch_of_plain_trees_goes_to_the_workers(two_cores, monkeypatch):
+def test_the_last_batch_of_plain_trees_goes_to_the_workers(two_cores, submitted,
+                                                           monkeypatch):
     # Once a module was sent, the plain functions left at the end are sent too; the
     # others (the parallel loop's launch) stay in the main module. A kernel that sent
     # nothing keeps its batch.
-    submitted = []
-    original = build.ParallelBuild.submit
-
-    def spy(self, text, passes=None, level=None):
-        submitted.append((passes, text.count("define")))
-        original(self, text, passes, level)
-
-    monkeypatch.setattr(build.ParallelBuild, "submit", spy)
     monkeypatch.setattr(jit, "MIN_PARALLEL_INSTRUCTIONS", 6)
     monkeypatch.setattr(jit, "FIRST_MODULE_FRACTION", 1)
     job = build.ParallelBuild(TARGET.triple, TARGET.cpu, TARGET.features, 2)
@@ -262,7 +255,8 @@ def test_the_last_batch_of_plain_trees_goes_to_the_workers(two_cores, monkeypatc
         pieces(module, fn)
     assert len(submitted) == 1
     pieces.last(module)
-    assert submitted == [(build.PLAIN_PASSES, 1), (build.PLAIN_PASSES, 1)]
+    assert [(passes, text.count("define")) for text, passes, _ in submitted] == \
+        [(build.PLAIN_PASSES, 1), (build.PLAIN_PASSES, 1)]
     assert pieces.batch == [launch]
     job.finish("define void @main() { ret void }")
 
