@@ -41,7 +41,7 @@ _FLOAT_BINOPS = {"add": "fadd", "sub": "fsub", "mul": "fmul", "div": "fdiv", "re
 _FLOAT_MINMAX = {"min": "llvm.minnum", "max": "llvm.maxnum"}  # NaN operand: the other one
 _CMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
 # A branch on a float compare of these operators is rendered as InstCombine leaves it:
-# the inverse (unordered) compare, the arms swapped (see branch_condition).
+# the inverse (unordered) compare, the arms swapped (see float_compare).
 _INVERSE_BRANCH = {"le": ">", "ge": "<", "ne": "=="}
 # Math functions: LLVM intrinsics, except log1p, which LLVM lacks, from libm.
 _MATH = {"exp": "llvm.exp.{t}", "log": "llvm.log.{t}", "sqrt": "llvm.sqrt.{t}",
@@ -532,7 +532,7 @@ class _FunctionBuilder:
     def _e_Cmp(self, e: ir.Cmp) -> ll.Value:
         a, b = self.lanewise(e.a, e.b)
         if e.a.dtype.is_float:
-            return self.b.fcmp_ordered(_CMP[e.op], a, b)
+            return self.float_compare(e.op, a, b)[0]
         self.fn.combine = True  # (InstCombine canonicalises integer compares' selects)
         if e.a.dtype == ir.BOOL:  # true is 1, not -1
             return self.b.icmp_unsigned(_CMP[e.op], a, b)
@@ -714,13 +714,12 @@ class _FunctionBuilder:
 
     def _s_If(self, s: ir.If, then: ll.Block | None = None) -> None:
         """``then``: where control goes after the ``If`` (see :meth:`block`)."""
-        cond, inverse = self.branch_condition(s.cond)
+        cond = self.branch_condition(s.cond)
         arms = [(self.fn.append_basic_block("if"), s.then)]
         if s.orelse:
             arms.append((self.fn.append_basic_block("else"), s.orelse))
         end = then or self.fn.append_basic_block("endif")
-        yes, no = arms[0][0], arms[1][0] if s.orelse else end
-        self.b.cbranch(cond, *((no, yes) if inverse else (yes, no)))
+        self.cbranch(cond, arms[0][0], arms[1][0] if s.orelse else end)
         for block, stmts in arms:
             self.b.position_at_end(block)
             self.block(stmts, end)
@@ -729,15 +728,27 @@ class _FunctionBuilder:
         if then is None:
             self.b.position_at_end(end)
 
+    def float_compare(self, op: str, a: ll.Value, b: ll.Value,
+                      branch: bool = False) -> tuple[ll.Value, bool]:
+        """``a op b`` of floats (ordered), and whether it is rendered as its inverse:
+        for a ``branch``, ``le``, ``ge`` and ``ne`` are the inverse unordered compare
+        (the branch's arms swap, :meth:`cbranch`), the form InstCombine gives them, so
+        that trees as code need not run that pass (docs/ARCHITECTURE.md, "Compiling
+        big kernels")."""
+        if branch and op in _INVERSE_BRANCH:
+            return self.b.fcmp_unordered(_INVERSE_BRANCH[op], a, b), True
+        return self.b.fcmp_ordered(_CMP[op], a, b), False
+
+    def cbranch(self, cond: tuple[ll.Value, bool], yes: ll.Block, no: ll.Block) -> None:
+        """Branch on a :meth:`branch_condition` or :meth:`float_compare` answer."""
+        value, inverse = cond
+        self.b.cbranch(value, *((no, yes) if inverse else (yes, no)))
+
     def branch_condition(self, cond: ir.Expr) -> tuple[ll.Value, bool]:
-        """``cond`` rendered for a branch, and whether it is its inverse (the branch's
-        arms swap): a float compare of ``le``, ``ge`` or ``ne`` is branched on as the
-        inverse unordered compare, the form InstCombine gives it, so that trees as code
-        need not run that pass (docs/ARCHITECTURE.md, "Compiling big kernels")."""
-        if (isinstance(cond, ir.Cmp) and cond.op in _INVERSE_BRANCH
-                and cond.a.dtype.is_float):
-            a, b = self.lanewise(cond.a, cond.b)
-            return self.b.fcmp_unordered(_INVERSE_BRANCH[cond.op], a, b), True
+        """``cond`` rendered for a branch, and whether it is its inverse
+        (:meth:`float_compare`)."""
+        if isinstance(cond, ir.Cmp) and cond.a.dtype.is_float:
+            return self.float_compare(cond.op, *self.lanewise(cond.a, cond.b), branch=True)
         if not isinstance(cond, (ir.Cmp, ir.Var, ir.Const)):
             self.fn.combine = True  # (it folds logic of compares, a NaN test's form)
         return self.expr(cond), False
@@ -756,30 +767,27 @@ class _FunctionBuilder:
         table: list[ll.Value] = []  # looked up where a compare first reads it (a tree
         readonly = s.table.readonly  # of none is not passed it)
 
-        def cond(k: int, inverse: bool = False) -> ll.Value:
+        def cond(k: int, for_branch: bool = False) -> tuple[ll.Value, bool]:
             if s.test[k] >= 0:  # (a category or missing-value rule's test)
                 self.fn.combine = True
-                return self.expr(s.tests[s.test[k]])
+                return self.expr(s.tests[s.test[k]]), False
             x = self._row_value(s.values[s.value[k]])
             if not table:
                 table.append(self.buffer(s.table.name))
             t = b.load(b.element(table[0], s.slot[k]), invariant=readonly)
-            if inverse:
-                return b.fcmp_unordered(_INVERSE_BRANCH[s.op[k]], x, t)
-            return b.fcmp_ordered(_CMP[s.op[k]], x, t)
+            return self.float_compare(s.op[k], x, t, for_branch)
 
         def value(k: int) -> ll.Value:
             if s.left[k] < 0:
                 return ll.Constant(leaf_type, s.leaf[k])
-            c = cond(k)
+            c = cond(k)[0]
             return b.select(c, value(s.left[k]), value(s.right[k]))
 
         def branch(k: int, end: ll.Block | None) -> ll.Block:
-            inverse = s.test[k] < 0 and s.op[k] in _INVERSE_BRANCH
-            c = cond(k, inverse)
+            c = cond(k, for_branch=True)
             yes, no = self.fn.append_basic_block("if"), self.fn.append_basic_block("else")
             end = end or self.fn.append_basic_block("endif")
-            b.cbranch(c, no, yes) if inverse else b.cbranch(c, yes, no)
+            self.cbranch(c, yes, no)
             for block, child in ((yes, s.left[k]), (no, s.right[k])):
                 b.position_at_end(block)
                 self.scopes.push()
