@@ -121,18 +121,19 @@ def _layout(forest: Forest
     # Leaf pairs: (tree, the walked slot that makes them, left or right hop), first
     # leaf, second leaf, the slot pointing at them.
     made: list[tuple] = []
+    above = np.zeros(0, dtype=np.int64)  # the slots of the level above with children
     for k, (node, tree, hop, parents, pairs) in enumerate(levels):
         here = slot[starts[k]:starts[k + 1]]
-        if parents.any():  # their children: the next level's pairs of slots, in order
-            child[here[parents]] = slot[starts[k + 1]:starts[k + 2]:2]
-        made.append((tree[pairs], here[pairs], np.zeros(int(pairs.sum()), np.int64),
-                     left[node[pairs]], right[node[pairs]], here[pairs]))
-        if k:  # hops, made when their parent was walked
-            above = slot[starts[k - 1]:starts[k]][levels[k - 1][3]]
+        hops = hop >= 0
+        if hops.any():  # (not at the roots) made when their parent was walked
             side = np.arange(len(node)) % 2
-            hops = hop >= 0
             made.append((tree[hops], np.repeat(above, 2)[hops], side[hops], hop[hops],
                          hop[hops], here[hops]))
+        made.append((tree[pairs], here[pairs], np.zeros(int(pairs.sum()), np.int64),
+                     left[node[pairs]], right[node[pairs]], here[pairs]))
+        above = here[parents]
+        if len(above):  # their children: the next level's pairs of slots, in order
+            child[above] = slot[starts[k + 1]:starts[k + 2]:2]
     pair_tree, by, side, first, second, owner = (np.concatenate(x) for x in zip(*made))
     # Leaf slots: the pairs and the one-leaf trees, by tree, then walk order.
     rank = np.lexsort((np.concatenate([side, np.zeros(len(single), np.int64)]),
