@@ -435,17 +435,19 @@ class IRBuilder:
 
     def element(self, ptr: Value, index: int) -> Value:
         """``gep(ptr, [i64 index])`` for a constant ``index`` (a tree's thresholds)."""
+        return self._element(ptr, f"i64 {index}")
+
+    def _element(self, ptr: Value, index: str) -> Value:
+        """The address of element ``index`` (its operand's text) of ``ptr``."""
         pointee = ptr.type.pointee  # type: ignore[attr-defined]
         return self._pure(pointee.as_pointer(), f"getelementptr {pointee.text}, "
-                                                 f"{ptr.type.text} {ptr.ref}, i64 {index}")
+                                                 f"{ptr.type.text} {ptr.ref}, {index}")
 
     def gep(self, ptr: Value, indices: Sequence[Value]) -> Value:
         pointee = ptr.type.pointee  # type: ignore[attr-defined]
         if len(indices) == 1 and not isinstance(indices[0].type, VectorType):
             i = indices[0]  # an element's address: most of them, so said first
-            return self._pure(pointee.as_pointer(), f"getelementptr {pointee.text}, "
-                                                     f"{ptr.type.text} {ptr.ref}, "
-                                                     f"{i.type.text} {i.ref}")
+            return self._element(ptr, f"{i.type.text} {i.ref}")
         result = pointee
         for index in indices[1:]:
             result = (result.elements[int(index.ref)] if isinstance(result, LiteralStructType)
