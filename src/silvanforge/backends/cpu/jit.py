@@ -244,11 +244,12 @@ class _Pieces:
         loop, nothing InstCombine changes) go to the workers too, as a module of their
         own, instead of under the main module's pipeline; the rest (the parallel
         loop's launch) stays (docs/ARCHITECTURE.md, "Compiling big kernels")."""
-        plain = [f for f in self.batch if not (f.loops or f.combine)]
+        rest = [f for f in self.batch if f.loops or f.combine]
+        plain = [f for f in self.batch if f not in rest]
         if plain and self.job.jobs:
-            self.job.submit(module.detach(plain), build.PLAIN_PASSES, self.level)
-            self.submitted += sum(f.instructions for f in plain)
-            self.batch = [f for f in self.batch if f.loops or f.combine]
+            self.batch, self.instructions = plain, sum(f.instructions for f in plain)
+            self._send(module)
+            self.batch, self.instructions = rest, sum(f.instructions for f in rest)
 
     def _send(self, module: ll.Module) -> None:
         if any(f.loops for f in self.batch):
