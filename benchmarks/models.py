@@ -8,8 +8,10 @@ but predictions mean nothing.
 
 from __future__ import annotations
 
+import atexit
 import glob
 import os
+import shutil
 import tempfile
 from dataclasses import dataclass
 
@@ -163,12 +165,15 @@ def shared_cases(n_rows: int, drawn: bool = False) -> list[Case]:
 def cases(quick: bool, n_rows: int, names: list[str] | None = None,
           folder: str | None = None, log=print, drawn: bool = False) -> list[Case]:
     """Every benchmark model (``quick``: the small subset; ``names``: only those), then
-    the shared ones (``drawn``: see :func:`shared_cases`)."""
-    folder = folder or tempfile.mkdtemp(prefix="sf-bench-models-")
+    the shared ones (``drawn``: see :func:`shared_cases`). The models trained here go
+    to ``folder``, else to a temporary folder removed when the process ends."""
     out = []
     for spec in SPECS:
         if (quick and not spec.quick) or (names and spec.name not in names):
             continue
+        if folder is None:
+            folder = tempfile.mkdtemp(prefix="sf-bench-models-")
+            atexit.register(shutil.rmtree, folder, ignore_errors=True)
         log(f"training {spec.name} ({spec.library}, {spec.trees} trees)")
         out.append(build(spec, n_rows, folder))
     return out + [c for c in shared_cases(n_rows, drawn) if not names or c.name in names]
