@@ -1,7 +1,8 @@
 """Run time of one model built several ways: saved predictors, shuffled rounds.
 
     python benchmarks/predict_ab.py MODEL VARIANT VARIANT... [--rows 1 16 64 1024]
-        [--rounds 15] [--builds 1] [--options '{"representation": "code"}'] [--out F.json]
+        [--rounds 15] [--builds 1] [--options '{"representation": "code"}'] [--fresh]
+        [--out F.json]
 
 A VARIANT is a folder holding the ``silvanforge`` package (``src``, or a ``git
 worktree`` of another commit's ``src``), optionally followed by ``@module.NAME=VALUE``
@@ -19,7 +20,9 @@ Rows: the model's rows in ``../shared/models`` (``NAME.rows.csv``, ``higgs.test.
 ``silvanforge.bench.random_rows``. A call takes the next window of the rows in turn, so
 that calls of a few rows do not repeat one window the branch predictor learns; a call
 bigger than the rows takes shuffled copies of them. They are float64 (as CSV rows load)
-unless ``--dtype float32``.
+unless ``--dtype float32``. With ``--fresh`` the calls take rows from a pool of shuffled
+copies too big for the caches (``FRESH_POOL_BYTES``), so each call's rows come from
+memory.
 """
 
 from __future__ import annotations
@@ -41,6 +44,9 @@ from silvanforge import bench
 
 SHARED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared",
                       "models")
+# --fresh: the rows its calls take, all together (past the last level cache of the
+# machines measured so far).
+FRESH_POOL_BYTES = 64 << 20
 _SAVE = """
 import importlib, json, sys, silvanforge
 options = json.loads(sys.argv[4])
@@ -75,11 +81,17 @@ def model_rows(model: str, forest: silvanforge.Forest) -> np.ndarray:
     return bench.random_rows(forest, 20000).astype(np.float64)
 
 
-def windows(X: np.ndarray, n: int, rng: np.random.Generator) -> list[np.ndarray]:
+def windows(X: np.ndarray, n: int, rng: np.random.Generator,
+            fresh: bool = False) -> list[np.ndarray]:
     """Calls of ``n`` rows: ``bench.distinct_batches`` of ``X``, or of shuffled copies of
-    it where ``n`` passes its length."""
-    if n > len(X):
-        X = np.concatenate([X[rng.permutation(len(X))] for _ in range(-(-n // len(X)))])
+    it where ``n`` passes its length; ``fresh``: of enough shuffled copies for up to
+    ``bench.MAX_BATCHES`` calls within :data:`FRESH_POOL_BYTES`, so that a call's rows
+    are not in the caches when it starts (its rows come from memory, as a service's
+    new requests do)."""
+    calls = max(2, min(bench.MAX_BATCHES, FRESH_POOL_BYTES // (n * X.shape[1] * X.itemsize))) \
+        if fresh else 1
+    if n * calls > len(X):
+        X = np.concatenate([X[rng.permutation(len(X))] for _ in range(-(-n * calls // len(X)))])
     return bench.distinct_batches(X, n)
 
 
@@ -93,6 +105,8 @@ def main(argv=None) -> int:
     parser.add_argument("--options", default='{"representation": "code"}')
     parser.add_argument("--dtype", default="float64", choices=["float32", "float64"],
                         help="the rows' type (default float64, as CSV rows load)")
+    parser.add_argument("--fresh", action="store_true",
+                        help="each call's rows out of the caches (FRESH_POOL_BYTES of rows)")
     parser.add_argument("--out")
     args = parser.parse_args(argv)
     predictors: dict[str, list] = {}
@@ -113,7 +127,7 @@ def main(argv=None) -> int:
     rng = np.random.default_rng(0)
     report = {"model": args.model, "variants": args.variants, "rows": {}}
     for n in args.rows:
-        calls = windows(X, n, rng)
+        calls = windows(X, n, rng, args.fresh)
         expected = [first.predict(c, n_jobs=1) for c in calls]
         for built in predictors.values():
             for p in built:

@@ -19,7 +19,8 @@ from silvanforge.model.forest import (MISSING_NAN, MISSING_NONE, MISSING_ZERO, O
                                       OP_EQ, OP_LE, OP_LT)
 from silvanforge.backends.cpu import Target
 from silvanforge.representations import REGISTRY
-from silvanforge.lir.lower import MAX_IN_PLACE_FEATURES
+from silvanforge.lir import interpret, ir
+from silvanforge.lir.lower import MAX_IN_PLACE_FEATURES, PREFETCH_LINES, lower as lir_lower
 from silvanforge.representations.array import SPARSE_CODE_ROWS, SPARSE_CODE_SPLITS, vectorizes
 from silvanforge.plan.planner import make_plan
 from silvanforge.schedule import Schedule
@@ -204,6 +205,59 @@ def test_the_row_copy_transposes_blocks_of_16_features_in_registers(cpu, n_featu
     for n in (1, 15, 16, 64, 65, 150):
         np.testing.assert_array_equal(predictor.predict(rows[:n], output="margin"),
                                       expected[:n], err_msg=f"{n} rows")
+
+
+def _loops(stmts: list) -> list:
+    """Every ``For`` in ``stmts``, nested ones included."""
+    out = []
+    for s in stmts:
+        if isinstance(s, ir.For):
+            out += [s, *_loops(s.body)]
+        elif isinstance(s, ir.If):
+            out += _loops(s.then) + _loops(s.orelse)
+    return out
+
+
+@pytest.mark.parametrize("n_trees, lines_a_tree", [(12, 7), (4, PREFETCH_LINES)])
+def test_the_tree_loop_after_a_row_copy_prefetches_the_next_block_within_the_rows(
+        n_trees, lines_a_tree):
+    # 64 rows of 21 float32 features are 84 lines of 16: 12 trees prefetch 7 lines an
+    # iteration, the whole next block (and the first lines of the one after); 4 trees
+    # at most PREFETCH_LINES an iteration, the next block's first lines. Every address
+    # lies within the rows: an iteration whose lines would pass their end prefetches
+    # none, and the last block nothing. The predictions stay exact.
+    forest = complete_forest([4] * n_trees, n_features=21, seed=n_trees)
+    predictor = silvanforge.compile(forest, schedule=schedule(64, True),
+                                    representation="array", precision="float32")
+    kernel = lir_lower(predictor.mir, forest, predictor.representation)
+    trees = [loop for loop in _loops(kernel.body) if any(
+        isinstance(s, ir.If) and s.then and all(isinstance(p, ir.Prefetch) for p in s.then)
+        for s in loop.body)]
+    assert len(trees) == 1 and trees[0].var.name == "tree"
+    guard = next(s for s in trees[0].body if isinstance(s, ir.If))
+    assert len(guard.then) == lines_a_tree
+    env = interpret._Env()
+    for n in (1, 64, 100, 128, 150, 200, 256):
+        env.vars["n_rows"] = n
+        for b0 in range(0, n, 64):
+            env.vars["b0"] = b0
+            lines = set()
+            for tree in range(n_trees):
+                env.vars["tree"] = tree
+                if interpret._eval(guard.cond, env):
+                    at = [int(interpret._eval(p.index, env)) for p in guard.then]
+                    assert all(0 <= i < n * 21 for i in at), (n, b0, tree, at)
+                    lines |= {i // 16 for i in at}
+            first = (b0 + 64) * 21 // 16
+            if b0 + 64 >= n:  # the last block: nothing after it
+                assert not lines
+            elif b0 + 128 <= n:  # the next block's lines, all or the first of them
+                wanted = set(range(first, ((b0 + 128) * 21 - 1) // 16 + 1))
+                assert wanted <= lines if lines_a_tree * n_trees >= 84 else \
+                    lines == set(range(first, first + lines_a_tree * n_trees))
+    rows = random_rows(forest, 3, 200).astype(np.float32)
+    np.testing.assert_array_equal(predictor.predict(rows, output="margin"),
+                                  reference.predict(forest, rows, output="margin"))
 
 
 @pytest.mark.parametrize("schedule_text", [

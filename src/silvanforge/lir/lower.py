@@ -42,6 +42,11 @@ from .finish import epilogue
 # Straight-line code for at most this many steps of a walk group of known depth (32 rows
 # through a depth-8 tree take 256); longer ones loop over the steps.
 MAX_UNROLLED_STEPS = 512
+# The tree loop over a block of rows copied for vector walks prefetches the next block's
+# rows, at most this many cache lines an iteration (a block's copy waited on memory for
+# rows not in the cache; a block's lines all at once stalled the walks after them:
+# docs/ARCHITECTURE.md "The next block's rows, prefetched").
+PREFETCH_LINES = 8
 # Vector walks read a level of at most this many nodes from rows copied transposed as
 # one vector per node, selected by position (faster than gathering levels 0-3; a wider
 # select tree costs more than the gather it saves: docs/ARCHITECTURE.md "Vector walks").
@@ -95,6 +100,9 @@ class _Lowering:
     # The rows the enclosing batch loop prepared for the representation's walks (see
     # prepare_rows): (local array, first row, elements a row).
     prepared: tuple[ir.Buffer, ir.Expr, int] | None = None
+    # The next block's rows (first element, elements), which the tree loop after a
+    # block's copy prefetches (see prefetch_ahead).
+    next_rows: tuple[ir.Expr, int] | None = None
     # Tree loop variables whose value the code being lowered knows (see tree_switch).
     fixed: dict[str, int] = field(default_factory=dict)
     # The sums of the block's rows that the tree loop being lowered adds its vector
@@ -155,7 +163,7 @@ class _Lowering:
     def body(self, ops) -> list[ir.Stmt]:
         out: list[ir.Stmt] = []
         outer, self.row_caches = self.row_caches, {}  # declared here serve this block
-        transposed, prepared = self.transposed, self.prepared
+        transposed, prepared, next_rows = self.transposed, self.prepared, self.next_rows
         row_caches = [op for op in ops if isinstance(op, mir.CacheRows) and not op.lanes]
         for op in ops:
             if len(row_caches) == 1 and op is row_caches[0]:
@@ -163,6 +171,7 @@ class _Lowering:
             else:
                 out.extend(self.op(op))
         self.row_caches, self.transposed, self.prepared = outer, transposed, prepared
+        self.next_rows = next_rows
         return out
 
     def op(self, op) -> list[ir.Stmt]:
@@ -172,7 +181,9 @@ class _Lowering:
             self.sums = sums or outer
             # GPU dimensions mean nothing on a CPU: such loops run serially here, which
             # legalization has already made safe.
-            body = self.tree_switch(op, var) if self.switches_on(op) else self.body(op.body)
+            ahead = self.prefetch_ahead(op, var)
+            body = ahead + (self.tree_switch(op, var) if self.switches_on(op)
+                            else self.body(op.body))
             self.sums = outer
             step = ir.i64(op.step) if isinstance(op.step, int) else self.affine(op.step)
             loop: list[ir.Stmt] = [ir.For(var, self.bound(op.lower), self.bound(op.upper),
@@ -204,6 +215,31 @@ class _Lowering:
             return [ir.For(r, self.bound(op.lower), self.bound(op.upper), ir.i64(1),
                            [ir.Prefetch(self.rows, start)])]
         raise TypeError(f"no LIR lowering for MIR op {type(op).__name__}")
+
+    def prefetch_ahead(self, op: mir.Loop, var: ir.Var) -> list[ir.Stmt]:
+        """For the tree loop after a block's rows were copied (:meth:`transpose_rows`):
+        prefetches of the rows after the block, a few lines each iteration, the next
+        block's first, so that its copy finds them in the cache. An iteration whose
+        lines would pass the rows' end prefetches nothing (a call of one block none).
+        Else nothing."""
+        if self.next_rows is None or op.kind != TREE:
+            return []
+        (start, count), self.next_rows = self.next_rows, None
+        lower, upper = self.bound(op.lower), self.bound(op.upper)
+        if not (isinstance(lower, ir.Const) and isinstance(upper, ir.Const)
+                and isinstance(op.step, int)) or upper.value <= lower.value:
+            return []
+        per_line = 64 // (self.rows.dtype.bits // 8)
+        turns = -(-(upper.value - lower.value) // op.step)
+        each = min(PREFETCH_LINES, -(-count // (per_line * turns)))
+        turn: ir.Expr = ir.BinOp("sub", var, lower) if lower.value else var
+        if op.step != 1:
+            turn = ir.BinOp("div", turn, ir.i64(op.step))
+        first = ir.BinOp("add", start, ir.BinOp("mul", turn, ir.i64(each * per_line)))
+        end = ir.BinOp("mul", self.n_rows, ir.i64(self.forest.n_features))
+        return [ir.If(ir.Cmp("le", ir.BinOp("add", first, ir.i64(each * per_line)), end), [
+            ir.Prefetch(self.rows, ir.BinOp("add", first, ir.i64(j * per_line)) if j
+                        else first) for j in range(each)])]
 
     def lane_sums(self, op: mir.Loop) -> "_LaneSums | None":
         """For a tree loop over one block's vector walks whose reduces add to a target
@@ -340,6 +376,9 @@ class _Lowering:
                         buf, at(f), ir.Load(self.rows, ir.BinOp(
                             "add", ir.BinOp("mul", row(lane), ir.i64(n)), f)))])]))
         self.transposed = (buf, first, n)
+        features = self.forest.n_features
+        self.next_rows = (ir.BinOp("mul", ir.BinOp("add", first, ir.i64(op.rows)),
+                                   ir.i64(features)), op.rows * features)
         return [ir.LocalArray(buf), ir.For(g, ir.i64(0), ir.i64(groups), ir.i64(1), body)]
 
     def _transpose_block(self, buf: ir.Buffer, row: Callable[[ir.Expr], ir.Expr], f: ir.Var,
