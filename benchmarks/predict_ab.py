@@ -11,7 +11,7 @@ code.SELECT_NODES=3``) and ``@option=VALUE`` options of ``compile`` over ``--opt
 (``src@representation=mask``). Each variant compiles MODEL ``--builds`` times (each in a fresh
 interpreter, saved to a temporary .sfp file: each build places the code anew, and two
 builds of one commit differ by a few percent), all are loaded into this process and
-``predict`` is timed on the same rows, 1 thread, in a shuffled order each round; it
+``predict`` is timed on the same rows, 1 thread (``--threads``), in a shuffled order each round; it
 prints each variant's median ns a row (over its builds' rounds) and its ratio to the
 first variant's. All must give the same predictions.
 
@@ -105,6 +105,7 @@ def main(argv=None) -> int:
     parser.add_argument("--options", default='{"representation": "code"}')
     parser.add_argument("--dtype", default="float64", choices=["float32", "float64"],
                         help="the rows' type (default float64, as CSV rows load)")
+    parser.add_argument("--threads", type=int, default=1, help="n_jobs of each call")
     parser.add_argument("--fresh", action="store_true",
                         help="each call's rows out of the caches (FRESH_POOL_BYTES of rows)")
     parser.add_argument("--out")
@@ -141,7 +142,7 @@ def main(argv=None) -> int:
             for v, p in order:
                 start = time.perf_counter()
                 for r in range(reps):
-                    p.predict(calls[r % len(calls)], n_jobs=1)
+                    p.predict(calls[r % len(calls)], n_jobs=args.threads)
                 times[v].append((time.perf_counter() - start) / reps / n * 1e9)
         medians = {v: float(np.median(t)) for v, t in times.items()}
         base = medians[args.variants[0]]

@@ -399,6 +399,9 @@ def test_every_input_layout_predicts_the_same(forest, monkeypatch, entry_kind, n
         want = reference.predict(forest, rows)
         np.testing.assert_array_equal(predictor.predict(rows), want, err_msg=name)
         assert calls[-1][1] is True and calls[-1][0].flags.aligned, name
+        if name == "float64" and n > predictor._small_batch:
+            # The main kernel copies its rows: it rounds float64 rows itself.
+            assert len(calls) == 1 and calls[0][0] is rows
         if name != "int":
             np.testing.assert_array_equal(want, expected, err_msg=name)
     with pytest.raises(InputError, match="expects 3 features"):

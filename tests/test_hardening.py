@@ -156,7 +156,7 @@ def test_a_truncated_file_is_a_format_error(saved, tmp_path, cut):
         silvanforge.load_predictor(path)
 
 
-@pytest.mark.parametrize("fmt", [True, 5.0, "5", None, 0, 7])
+@pytest.mark.parametrize("fmt", [True, 5.0, "5", None, 0, 8])
 def test_format_must_be_an_int_this_version_knows(saved, fmt):
     data = _archive(_header(_members(saved), format=fmt), redigest=True)
     with pytest.raises(ModelFormatError, match=f"format {fmt!r} is not"):

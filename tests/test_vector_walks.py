@@ -53,20 +53,24 @@ def random_forest(rng, ops, rules, n_features: int, n_outputs: int, leaves: str 
        ops=st.lists(st.sampled_from([OP_LT, OP_LE, OP_EQ, OP_CAT]), min_size=1,
                     max_size=4, unique=True),
        rules=st.lists(st.sampled_from([MISSING_NAN, MISSING_ZERO, MISSING_NONE]),
-                      min_size=1, max_size=3, unique=True))
+                      min_size=1, max_size=3, unique=True), wide=st.booleans())
 def test_vector_walks_match_reference(seed, n_rows, tile, cache, n_features, n_outputs,
-                                      leaves, ops, rules):
+                                      leaves, ops, rules, wide):
     # Up to 140 rows: whole blocks, whose vector walks interleave, and a last block
     # with fewer groups of rows, whose groups walk alone. Constant leaves are permuted
     # windows, linear and vector leaves gathers. Rows of 16 features or more are copied
     # a block of 16 x 16 at a time (transposed in registers), the rest feature by feature.
+    # float64 rows (``wide``) the copy rounds to float32 itself (the reference takes them
+    # rounded by numpy); without the copy they are converted first.
     rng = np.random.default_rng(seed)
     forest = random_forest(rng, ops, rules, n_features, n_outputs, leaves)
-    rows = random_rows(forest, seed, n_rows).astype(np.float32)
+    rows = random_rows(forest, seed, n_rows)
+    rounded = rows.astype(np.float32)
     predictor = silvanforge.compile(forest, schedule=schedule(tile, cache),
                                     representation="array", precision="float32")
-    np.testing.assert_array_equal(predictor.predict(rows, output="margin"),
-                                  reference.predict(forest, rows, output="margin"))
+    np.testing.assert_array_equal(predictor.predict(rows if wide else rounded,
+                                                    output="margin"),
+                                  reference.predict(forest, rounded, output="margin"))
 
 
 def test_every_end_of_a_batch_in_a_block_of_four_vector_walks():
@@ -201,10 +205,43 @@ def test_the_row_copy_transposes_blocks_of_16_features_in_registers(cpu, n_featu
     predictor = silvanforge.compile(forest, schedule=schedule(64, True), cpu=cpu,
                                     representation="array", precision="float32")
     lir = predictor.dump("lir")
-    assert lir.count("shuffle(") == (64 if n_features >= 16 else 0)
+    # 16 x 16 blocks of 4 steps of 16 shuffles, once for float32 rows, once for float64.
+    assert lir.count("shuffle(") == (128 if n_features >= 16 else 0)
     for n in (1, 15, 16, 64, 65, 150):
-        np.testing.assert_array_equal(predictor.predict(rows[:n], output="margin"),
-                                      expected[:n], err_msg=f"{n} rows")
+        for X in (rows[:n], rows[:n].astype(np.float64)):
+            np.testing.assert_array_equal(predictor.predict(X, output="margin"),
+                                          expected[:n], err_msg=f"{n} rows {X.dtype}")
+
+
+def test_float64_rows_round_in_the_row_copy_as_numpy_rounds_them(monkeypatch):
+    # Values at the float32 thresholds and half a float32 step either side (ties, which
+    # round to even), a hair either side, and values numpy's astype makes infinities,
+    # zeros, subnormals or NaN: the kernel's copy rounds float64 rows to the same
+    # float32 values (no conversion of the call's rows first: it is not called).
+    forest = complete_forest([6] * 8, n_features=21, seed=9)
+    thresholds = forest.threshold[forest.feature >= 0].astype(np.float32)
+    rng = np.random.default_rng(9)
+    picked = rng.choice(thresholds, (400, 21)).astype(np.float64)
+    step = np.spacing(np.abs(picked).astype(np.float32)).astype(np.float64)
+    offsets = np.array([0.0, 0.5, -0.5, 1e-12, -1e-12])[rng.integers(0, 5, picked.shape)]
+    rows = picked + offsets * step
+    specials = [np.nan, np.inf, -np.inf, 1e300, -1e300, 1e-300, -0.0, 0.0, 1e-45, 7e-46,
+                3.4028235e38 * (1 + 2 ** -25), 3.4028235e38 * (1 + 2 ** -23)]
+    rows[rng.random(rows.shape) < 0.1] = rng.choice(specials)
+    with np.errstate(over="ignore"):
+        rounded = rows.astype(np.float32)
+    predictor = silvanforge.compile(forest, schedule=schedule(64, True),
+                                    representation="array", precision="float32")
+
+    def refused(*args, **kwargs):
+        raise AssertionError("float64 rows converted before the kernel")
+    with monkeypatch.context() as patch:
+        patch.setattr("silvanforge.runtime.predictor.as_rows", refused)
+        got = [predictor.predict(rows[:n], output="margin") for n in (64, 100, 400)]
+    expected = reference.predict(forest, rounded, output="margin")
+    for g in got:
+        np.testing.assert_array_equal(g, expected[:len(g)])
+    np.testing.assert_array_equal(predictor.predict(rounded, output="margin"), expected)
 
 
 def _loops(stmts: list) -> list:
@@ -218,46 +255,51 @@ def _loops(stmts: list) -> list:
     return out
 
 
-@pytest.mark.parametrize("n_trees, lines_a_tree", [(12, 7), (4, PREFETCH_LINES)])
-def test_the_tree_loop_after_a_row_copy_prefetches_the_next_block_within_the_rows(
-        n_trees, lines_a_tree):
-    # 64 rows of 21 float32 features are 84 lines of 16: 12 trees prefetch 7 lines an
-    # iteration, the whole next block (and the first lines of the one after); 4 trees
-    # at most PREFETCH_LINES an iteration, the next block's first lines. Every address
-    # lies within the rows: an iteration whose lines would pass their end prefetches
-    # none, and the last block nothing. The predictions stay exact.
+@pytest.mark.parametrize("n_trees", [12, 4])
+def test_the_tree_loop_after_a_row_copy_prefetches_the_next_block_within_the_rows(n_trees):
+    # 64 rows of 21 features are 84 lines of 16 float32 (168 of 8 float64): 12 trees
+    # prefetch 7 lines an iteration of float32 rows, the whole next block (and the first
+    # lines of the one after), 8 (PREFETCH_LINES) of float64 rows, the next block's
+    # first; 4 trees 8 of either. Every address lies within the rows: an iteration
+    # whose lines would pass their end prefetches none, and the last block nothing.
+    # The predictions stay exact.
     forest = complete_forest([4] * n_trees, n_features=21, seed=n_trees)
     predictor = silvanforge.compile(forest, schedule=schedule(64, True),
                                     representation="array", precision="float32")
     kernel = lir_lower(predictor.mir, forest, predictor.representation)
-    trees = [loop for loop in _loops(kernel.body) if any(
-        isinstance(s, ir.If) and s.then and all(isinstance(p, ir.Prefetch) for p in s.then)
-        for s in loop.body)]
-    assert len(trees) == 1 and trees[0].var.name == "tree"
-    guard = next(s for s in trees[0].body if isinstance(s, ir.If))
-    assert len(guard.then) == lines_a_tree
-    env = interpret._Env()
-    for n in (1, 64, 100, 128, 150, 200, 256):
-        env.vars["n_rows"] = n
-        for b0 in range(0, n, 64):
-            env.vars["b0"] = b0
-            lines = set()
-            for tree in range(n_trees):
-                env.vars["tree"] = tree
-                if interpret._eval(guard.cond, env):
-                    at = [int(interpret._eval(p.index, env)) for p in guard.then]
-                    assert all(0 <= i < n * 21 for i in at), (n, b0, tree, at)
-                    lines |= {i // 16 for i in at}
-            first = (b0 + 64) * 21 // 16
-            if b0 + 64 >= n:  # the last block: nothing after it
-                assert not lines
-            elif b0 + 128 <= n:  # the next block's lines, all or the first of them
-                wanted = set(range(first, ((b0 + 128) * 21 - 1) // 16 + 1))
-                assert wanted <= lines if lines_a_tree * n_trees >= 84 else \
-                    lines == set(range(first, first + lines_a_tree * n_trees))
-    rows = random_rows(forest, 3, 200).astype(np.float32)
-    np.testing.assert_array_equal(predictor.predict(rows, output="margin"),
-                                  reference.predict(forest, rows, output="margin"))
+    loops = [loop for loop in _loops(kernel.body) if loop.var.name == "tree"]
+    assert len(loops) == 1
+    by_kind = loops[0].body[0]  # float64 rows, else float32 rows
+    assert isinstance(by_kind, ir.If) and by_kind.cond.a.name == "rows_are_f64"
+    for guard, per_line in ((by_kind.then[0], 8), (by_kind.orelse[0], 16)):
+        assert all(isinstance(p, ir.Prefetch) for p in guard.then)
+        block = -(-64 * 21 // per_line)
+        each = min(PREFETCH_LINES, -(-block // n_trees))
+        assert len(guard.then) == each
+        env = interpret._Env()
+        for n in (1, 64, 100, 128, 150, 200, 256):
+            env.vars["n_rows"] = n
+            for b0 in range(0, n, 64):
+                env.vars["b0"] = b0
+                lines = set()
+                for tree in range(n_trees):
+                    env.vars["tree"] = tree
+                    if interpret._eval(guard.cond, env):
+                        at = [int(interpret._eval(p.index, env)) for p in guard.then]
+                        assert all(0 <= i < n * 21 for i in at), (n, b0, tree, at)
+                        lines |= {i // per_line for i in at}
+                first = (b0 + 64) * 21 // per_line
+                if b0 + 64 >= n:  # the last block: nothing after it
+                    assert not lines
+                elif b0 + 128 <= n:  # the next block's lines, all or the first of them
+                    wanted = set(range(first, ((b0 + 128) * 21 - 1) // per_line + 1))
+                    assert wanted <= lines if each * n_trees >= block else \
+                        lines == set(range(first, first + each * n_trees))
+    rows = random_rows(forest, 3, 200)
+    for X in (rows.astype(np.float32), rows):
+        np.testing.assert_array_equal(predictor.predict(X, output="margin"),
+                                      reference.predict(forest, X.astype(np.float32),
+                                                        output="margin"))
 
 
 @pytest.mark.parametrize("schedule_text", [

@@ -48,6 +48,7 @@ from ..backends.cpu.freevars import walk_stmts
 from ..backends.cpu.llvm import llvm_type
 from ..errors import BackendError, InputError, UnsupportedModelError
 from ..lir import finish as kernel_finish, ir, lower as lir_lower
+from ..lir.lower import WIDE_ROWS
 from ..model import leaf_ids
 from ..model.cover import require_contributions
 from ..model.forest import Forest
@@ -433,7 +434,7 @@ def _module_text(sets: Sequence[_Set], name: str, target: Target, threads: int =
     module = None
     for s in sets:
         for kernel in s.kernels:
-            module = render_kernel(kernel, target, module=module)
+            module = render_kernel(kernel, target, module=module, signed=False)
             fn = module.get_global(kernel.name)
             fn.linkage = "internal"
             fn.attributes.add("noinline")
@@ -607,6 +608,10 @@ class _Wrapper:
             args.append(f"{elem_t}* %{tag}.buf{i}")
         args += [f"i64 {'%threads' if threads == 0 else threads}"]
         args += ["i64 %finish"] if finish else []
+        if [p.name for p in kernel.params[len(args):len(args) + 2]] == list(WIDE_ROWS):
+            # A kernel that could read float64 rows too: its rows here are its own dtype
+            # (the entry converted them).
+            args += ["double* null", "i64 0"]
         types = self.param_types(kernel)[len(args):]
         args += [f"{t} bitcast ([{len(data)} x i8]* {ref} to {t})"
                  for t, (ref, data) in zip(types, s.model)]

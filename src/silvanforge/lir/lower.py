@@ -61,6 +61,9 @@ MAX_IN_PLACE_FEATURES = 2 ** 31 // 16 - 1
 # 128 outputs.
 MAX_LANE_SUMS_BYTES = 1 << 16
 _INPUT_DTYPES = {np.dtype(np.float32): ir.F32, np.dtype(np.float64): ir.F64}
+# The parameters of a kernel whose float32 rows may come as float64 (its row copy rounds
+# them): the rows as float64, and whether they are (nonzero) or the float32 rows are.
+WIDE_ROWS = ("rows_f64", "rows_are_f64")
 
 
 def _name(var: str) -> str:
@@ -103,6 +106,9 @@ class _Lowering:
     # The next block's rows (first element, elements), which the tree loop after a
     # block's copy prefetches (see prefetch_ahead).
     next_rows: tuple[ir.Expr, int] | None = None
+    # Float32 rows copied for vector walks may come as float64 too (see transpose_rows):
+    # the float64 view of the rows and the flag saying which the call passed.
+    wide_rows: tuple[ir.Buffer, ir.Var] | None = None
     # Tree loop variables whose value the code being lowered knows (see tree_switch).
     fixed: dict[str, int] = field(default_factory=dict)
     # The sums of the block's rows that the tree loop being lowered adds its vector
@@ -229,17 +235,23 @@ class _Lowering:
         if not (isinstance(lower, ir.Const) and isinstance(upper, ir.Const)
                 and isinstance(op.step, int)) or upper.value <= lower.value:
             return []
-        per_line = 64 // (self.rows.dtype.bits // 8)
         turns = -(-(upper.value - lower.value) // op.step)
-        each = min(PREFETCH_LINES, -(-count // (per_line * turns)))
         turn: ir.Expr = ir.BinOp("sub", var, lower) if lower.value else var
         if op.step != 1:
             turn = ir.BinOp("div", turn, ir.i64(op.step))
-        first = ir.BinOp("add", start, ir.BinOp("mul", turn, ir.i64(each * per_line)))
         end = ir.BinOp("mul", self.n_rows, ir.i64(self.forest.n_features))
-        return [ir.If(ir.Cmp("le", ir.BinOp("add", first, ir.i64(each * per_line)), end), [
-            ir.Prefetch(self.rows, ir.BinOp("add", first, ir.i64(j * per_line)) if j
-                        else first) for j in range(each)])]
+
+        def ahead(rows: ir.Buffer) -> ir.Stmt:
+            per_line = 64 // (rows.dtype.bits // 8)
+            each = min(PREFETCH_LINES, -(-count // (per_line * turns)))
+            first = ir.BinOp("add", start, ir.BinOp("mul", turn, ir.i64(each * per_line)))
+            return ir.If(ir.Cmp("le", ir.BinOp("add", first, ir.i64(each * per_line)), end), [
+                ir.Prefetch(rows, ir.BinOp("add", first, ir.i64(j * per_line)) if j
+                            else first) for j in range(each)])
+        if self.wide_rows is None:
+            return [ahead(self.rows)]
+        wide, flag = self.wide_rows
+        return [ir.If(ir.Cmp("ne", flag, ir.i64(0)), [ahead(wide)], [ahead(self.rows)])]
 
     def lane_sums(self, op: mir.Loop) -> "_LaneSums | None":
         """For a tree loop over one block's vector walks whose reduces add to a target
@@ -352,39 +364,65 @@ class _Lowering:
         first = self.bound(op.lower)
         g, lane = ir.Var(self.fresh("group"), ir.I64), ir.Var(self.fresh("lane"), ir.I64)
 
-        def at(column: ir.Expr) -> ir.Expr:
+        def at(column: ir.Expr, g: ir.Var, lane: ir.Var) -> ir.Expr:
             return ir.BinOp("add", ir.BinOp("mul", ir.BinOp("add", ir.BinOp(
                 "mul", g, ir.i64(n)), column), ir.i64(lanes)), lane)
 
-        def row(i: ir.Expr) -> ir.Expr:  # the group's row i
+        def row(i: ir.Expr, g: ir.Var) -> ir.Expr:  # group g's row i
             return ir.BinOp("min", ir.BinOp("add", first, ir.BinOp("add", ir.BinOp(
                 "mul", g, ir.i64(lanes)), i)), ir.BinOp("sub", self.n_rows, ir.i64(1)))
         if self.rep.lane_columns() is not None:
-            body = [ir.For(lane, ir.i64(0), ir.i64(lanes), ir.i64(1),
-                           self.rep.lane_column_stores(
-                               self.feature_loader(row(lane)),
-                               lambda c, v: ir.Store(buf, at(ir.i64(c)), v),
-                               self.fresh("column")))]
+            copy = ir.For(g, ir.i64(0), ir.i64(groups), ir.i64(1), [ir.For(
+                lane, ir.i64(0), ir.i64(lanes), ir.i64(1), self.rep.lane_column_stores(
+                    self.feature_loader(row(lane, g)),
+                    lambda c, v: ir.Store(buf, at(ir.i64(c), g, lane), v),
+                    self.fresh("column")))])
         else:
-            f = ir.Var(self.fresh("f"), ir.I64)
-            whole = n - n % lanes
-            body = [ir.For(f, ir.i64(0), ir.i64(whole), ir.i64(lanes), self._transpose_block(
-                buf, row, f, n, lanes, ir.BinOp("mul", g, ir.i64(n))))] if whole else []
-            if whole < n:
-                body.append(ir.For(lane, ir.i64(0), ir.i64(lanes), ir.i64(1), [ir.For(
-                    f, ir.i64(whole), ir.i64(n), ir.i64(1), [ir.Store(
-                        buf, at(f), ir.Load(self.rows, ir.BinOp(
-                            "add", ir.BinOp("mul", row(lane), ir.i64(n)), f)))])]))
+            copy = self._copy_rows(buf, self.rows, g, lane, groups, lanes, row, at)
+            if self.rows.dtype == ir.F32:
+                # float64 rows are rounded in the copy (fptrunc, as numpy's astype): no
+                # converted copy of the whole call first, made by one thread for all.
+                if self.wide_rows is None:
+                    self.wide_rows = (ir.Buffer(WIDE_ROWS[0], ir.F64, readonly=True),
+                                      ir.Var(WIDE_ROWS[1], ir.I64))
+                wide, flag = self.wide_rows
+                copy = ir.If(ir.Cmp("ne", flag, ir.i64(0)), [self._copy_rows(
+                    buf, wide, ir.Var(self.fresh("group"), ir.I64),
+                    ir.Var(self.fresh("lane"), ir.I64), groups, lanes, row, at)], [copy])
         self.transposed = (buf, first, n)
         features = self.forest.n_features
         self.next_rows = (ir.BinOp("mul", ir.BinOp("add", first, ir.i64(op.rows)),
                                    ir.i64(features)), op.rows * features)
-        return [ir.LocalArray(buf), ir.For(g, ir.i64(0), ir.i64(groups), ir.i64(1), body)]
+        return [ir.LocalArray(buf), copy]
 
-    def _transpose_block(self, buf: ir.Buffer, row: Callable[[ir.Expr], ir.Expr], f: ir.Var,
-                         n: int, lanes: int, group: ir.Expr) -> list[ir.Stmt]:
+    def _copy_rows(self, buf: ir.Buffer, source: ir.Buffer, g: ir.Var, lane: ir.Var,
+                   groups: int, lanes: int, row: Callable, at: Callable) -> ir.Stmt:
+        """The loop over a block's ``groups`` groups ``g`` of rows copying ``source``'s
+        features into ``buf`` (:meth:`transpose_rows`'s ``row(i, g)`` and ``at(column,
+        g, lane)``), rounded to ``buf``'s type where ``source``'s is wider."""
+        n = self.forest.n_features
+
+        def value(index: ir.Expr, count: int = 0) -> ir.Expr:
+            v = ir.VectorLoad(source, index, count) if count else ir.Load(source, index)
+            return v if source.dtype == buf.dtype else ir.Cast(v, buf.dtype)
+        f = ir.Var(self.fresh("f"), ir.I64)
+        whole = n - n % lanes
+        body: list[ir.Stmt] = [ir.For(f, ir.i64(0), ir.i64(whole), ir.i64(lanes),
+                                      self._transpose_block(
+                                          buf, value, lambda i: row(i, g), f, n, lanes,
+                                          ir.BinOp("mul", g, ir.i64(n))))] if whole else []
+        if whole < n:
+            body.append(ir.For(lane, ir.i64(0), ir.i64(lanes), ir.i64(1), [ir.For(
+                f, ir.i64(whole), ir.i64(n), ir.i64(1), [ir.Store(buf, at(f, g, lane), value(
+                    ir.BinOp("add", ir.BinOp("mul", row(lane, g), ir.i64(n)), f)))])]))
+        return ir.For(g, ir.i64(0), ir.i64(groups), ir.i64(1), body)
+
+    def _transpose_block(self, buf: ir.Buffer, value: Callable[[ir.Expr, int], ir.Expr],
+                         row: Callable[[ir.Expr], ir.Expr], f: ir.Var, n: int, lanes: int,
+                         group: ir.Expr) -> list[ir.Stmt]:
         """Features ``f .. f + lanes - 1`` of a group's ``lanes`` rows into ``buf``,
-        feature-major from column ``group + f``: a vector load of each row, a transpose
+        feature-major from column ``group + f``: a vector load of each row (``value``:
+        rounded to ``buf``'s type from wider rows), a transpose
         in registers (halves of the block swapped, then quarters, ... log2(lanes)
         steps of shuffles), a vector store of each feature. Scattering a row's features
         to their columns was 15% of year's time on AVX-512 (docs/ARCHITECTURE.md
@@ -393,8 +431,8 @@ class _Lowering:
         vectors: list[ir.Expr] = []
         code: list[ir.Stmt] = []
         for i in range(lanes):
-            var = ir.Var(f"{stem}_0_{i}", self.rows.dtype)
-            code.append(ir.Declare(var, ir.VectorLoad(self.rows, ir.BinOp("add", ir.BinOp(
+            var = ir.Var(f"{stem}_0_{i}", buf.dtype)
+            code.append(ir.Declare(var, value(ir.BinOp("add", ir.BinOp(
                 "mul", row(ir.i64(i)), ir.i64(n)), f), lanes)))
             vectors.append(var)
         half, step = lanes // 2, 1
@@ -409,7 +447,7 @@ class _Lowering:
                 if i & half:
                     continue
                 for j, order in ((i, low), (i + half, high)):
-                    var = ir.Var(f"{stem}_{step}_{j}", self.rows.dtype)
+                    var = ir.Var(f"{stem}_{step}_{j}", buf.dtype)
                     code.append(ir.Declare(var, ir.Shuffle(vectors[i], vectors[i + half],
                                                            order)))
                     after[j] = var
@@ -982,7 +1020,8 @@ def lower(fn: mir.Function, forest: Forest, rep: Representation,
     # Rows are finished in parallel when the kernel has threads to spare.
     body += epilogue(forest, data_params[0], n_rows, finish,
                      n_threads if _parallel(fn.body) else None)
-    params = [rows, n_rows, *data_params, n_threads, finish, tree_output,
+    params = [rows, n_rows, *data_params, n_threads, finish,
+              *(lowering.wide_rows or ()), tree_output,
               *(rep.params if model_params is None else model_params)]
     return ir.Kernel(fn.name, params, body)
 

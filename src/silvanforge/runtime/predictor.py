@@ -70,11 +70,12 @@ from .base import ForestShape, build_representation, model_arrays, transformed
 # object files. 4: the plan (schedules, layout, threads, CPU) replaces the options.
 # 5: a SHA-256 digest of the other members (``digest``). Older archives load with their
 # code rebuilt: they have no digest, so their code is never run. 6: the plan may have
-# two layouts (``small_representation``); a plan of one is still written as format 5,
-# which the versions before read as theirs (they refuse 6: their kernels would not take
-# the second layout's buffers).
-FORMAT_VERSION = 6
-ONE_LAYOUT_FORMAT = 5
+# two layouts (``small_representation``). 7: a kernel copying float32 rows for vector
+# walks takes float64 rows too (two parameters more, lir/lower.py ``WIDE_ROWS``):
+# archives of formats 5 and 6 load with their code rebuilt as well (their kernels' other
+# signature), and the versions before refuse 7 (their kernels would not take the rows).
+FORMAT_VERSION = 7
+DIGEST_FORMAT = 5
 DUMP_LEVELS = ("plan", "hir", "mir", "lir", "llvm")
 # What ``predict`` computes (reference.check_output's message names them).
 OUTPUTS = ("value", "margin", "leaf", "contribs")
@@ -423,8 +424,7 @@ class Predictor(ForestShape):
         the plan and the machine code, with a SHA-256 digest of every other member."""
         arrays, meta = serialize.to_arrays(self.forest)
         t = self.kernel.target
-        header = {"format": FORMAT_VERSION if self.plan.small_representation
-                  else ONE_LAYOUT_FORMAT, "forest": meta, "plan": self.plan.to_json(),
+        header = {"format": FORMAT_VERSION, "forest": meta, "plan": self.plan.to_json(),
                   "target": [t.triple, t.cpu, t.features]}
         members = {f"forest_{k}": v for k, v in arrays.items()}
         members["header"] = serialize.dumps_meta(header)
@@ -460,8 +460,8 @@ class Predictor(ForestShape):
             # JSON's true is Python's 1 in a range: only an int names a format.
             if type(fmt) is not int or fmt not in range(1, FORMAT_VERSION + 1):
                 raise ModelFormatError(f"predictor format {fmt!r} is not {FORMAT_VERSION}")
-            current = fmt >= ONE_LAYOUT_FORMAT
-            if current and not has_digest:
+            current = fmt == FORMAT_VERSION
+            if fmt >= DIGEST_FORMAT and not has_digest:
                 raise ModelFormatError("the archive has no digest")
             arrays = {k[len("forest_"):]: v for k, v in archive.items()
                       if k.startswith("forest_")}
@@ -477,7 +477,7 @@ class Predictor(ForestShape):
                                for i in range(len(plan.schedules)))
             leaf_codes = leaf_codes if all(leaf_codes) else ()
             if not current:
-                # Older formats have no digest, and their kernels' signatures may differ.
+                # Older formats' kernels have other signatures (and no digest before 5).
                 warnings.warn(f"predictor saved in format {fmt} (an older SilvanForge): "
                               "recompiling its kernels", stacklevel=3)
                 codes = leaf_codes = ()

@@ -45,6 +45,7 @@ import llvmlite.ir as lir
 import numpy as np
 
 from ...lir import ir
+from ...lir.lower import WIDE_ROWS
 
 _METH_FASTCALL, _METH_KEYWORDS = 0x80, 0x2
 # The flag a vectorcall's argument count may carry (PY_VECTORCALL_ARGUMENTS_OFFSET).
@@ -73,11 +74,13 @@ class RowsLayout:
     dtype: np.dtype
     hold_gil_below: int = 0  # fewer rows keep the GIL (the builtin; ctypes releases it)
 
-    def fits(self, rows: np.ndarray, n_rows: int) -> bool:
-        """Python's form of the entry's own check (float64 rows, which the builtin
-        rounds, do not fit here: the caller converts them)."""
+    def fits(self, rows: np.ndarray, n_rows: int, dtype: np.dtype | None = None) -> bool:
+        """Python's form of the entry's own check, for rows of ``dtype`` (default the
+        layout's; float64 rows, which the builtin rounds, do not fit a float32 layout
+        here: the caller converts them, unless the kernel reads them itself)."""
         flags = rows.flags
-        return rows.shape == (n_rows, self.n_features) and rows.dtype.num == self.dtype.num \
+        return rows.shape == (n_rows, self.n_features) \
+            and rows.dtype.num == (dtype or self.dtype).num \
             and rows.dtype.byteorder == "=" and flags.c_contiguous and flags.aligned
 
 
@@ -145,10 +148,21 @@ def _call(builder: lir.IRBuilder, address: int | lir.Value, ret: lir.Type,
     return builder.call(callee, args)
 
 
+def _wide(free: Sequence[ir.Buffer | ir.Var]) -> bool:
+    """Whether a float32 kernel reads float64 rows too (:func:`~silvanforge.lir.lower.
+    lower`: its row copy rounds them): its last two free parameters, the rows as
+    float64 and whether they are, which the entry passes itself."""
+    return tuple(p.name for p in free[-2:]) == WIDE_ROWS
+
+
 def _module(free: Sequence[ir.Buffer | ir.Var], bound: Sequence[int], kernel: int,
             offsets: _Offsets, rows: RowsLayout | None) -> lir.Module:
     """``entry(self, args, nargs)``: check ``nargs``, unpack ``free``, check the rows
-    when ``rows`` says how, call, return True (False for rows that do not fit)."""
+    when ``rows`` says how, call, return True (False for rows that do not fit). A kernel
+    reading float64 rows too (:func:`_wide`) gets float64 rows as they are, and which
+    they are."""
+    wide = rows is not None and _wide(free)
+    free = free[:-2] if wide else free
     module = lir.Module("entry")
     fn = lir.Function(module, lir.FunctionType(_PTR, [_PTR, _PTR.as_pointer(), _I64]),
                       "entry")
@@ -194,7 +208,12 @@ def _module(free: Sequence[ir.Buffer | ir.Var], bound: Sequence[int], kernel: in
         order = field(descr, offsets.byteorder, lir.IntType(8))
         check(builder.icmp_signed("==", order, lir.IntType(8)(ord("="))), unfit)
         kind = field(descr, offsets.type_num, i32)
-        if rows.dtype == np.float32:
+        if wide:
+            is_f64 = builder.icmp_signed("==", kind, i32(np.dtype(np.float64).num))
+            check(builder.or_(is_f64, builder.icmp_signed("==", kind, i32(rows.dtype.num))),
+                  unfit)
+            values += [values[0], builder.zext(is_f64, _I64)]
+        elif rows.dtype == np.float32:
             values[0] = _narrowed(out, kind, values[0], n_rows, rows, unfit)
         else:
             check(builder.icmp_signed("==", kind, i32(rows.dtype.num)), unfit)
@@ -308,7 +327,9 @@ def kernel_entry(params: Sequence[ir.Buffer | ir.Var], function: Callable, addre
     is its ctypes callable) with Python arguments for its leading parameters (ndarrays
     for buffers, which the caller has checked for dtype and size, but for the rows
     when ``rows`` is given; ints for scalars) followed by the addresses ``bound``.
-    It returns True when the kernel ran, False for rows that do not fit ``rows``.
+    It returns True when the kernel ran, False for rows that do not fit ``rows``. A
+    kernel reading float64 rows too (:func:`_wide`) takes them as they are, its last
+    two free parameters passed by the entry, not the caller.
 
     The builtin described above where this Python's object layout is the one probed
     for, else a Python function calling ``function``. ``keep`` lives as long as the
@@ -319,17 +340,24 @@ def kernel_entry(params: Sequence[ir.Buffer | ir.Var], function: Callable, addre
         raise ValueError("a rows check needs rows and their count as the first parameters")
     layout = _layout()
     if layout is None:
-        buffers = [isinstance(p, ir.Buffer) for p in free]
+        wide = rows is not None and _wide(free)
+        buffers = [isinstance(p, ir.Buffer) for p in (free[:-2] if wide else free)]
 
         def call(*args: Any) -> bool:
             if len(args) != len(buffers) or any(
                     b and type(a) is not np.ndarray for a, b in zip(args, buffers)):
                 raise TypeError(f"kernel entry: expected {len(buffers)} arguments, "
                                 "ndarrays and ints")
-            if rows is not None and not rows.fits(args[0], args[1]):
-                return False
+            extra: list[int] = []
+            if rows is not None:
+                is_f64 = wide and rows.fits(args[0], args[1], np.dtype(np.float64))
+                if not (is_f64 or rows.fits(args[0], args[1])):
+                    return False
+                if wide:
+                    extra = [_address(args[0]), int(is_f64)]
             try:
-                function(*[_address(a) if b else a for a, b in zip(args, buffers)], *bound)
+                function(*[_address(a) if b else a for a, b in zip(args, buffers)], *extra,
+                         *bound)
             except ctypes.ArgumentError as exc:
                 raise TypeError(f"kernel entry: {exc}") from None
             return True

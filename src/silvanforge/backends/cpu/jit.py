@@ -10,6 +10,7 @@ code is one object file per module, linked by the engine.
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import logging
 from typing import Callable, Sequence, Union
 
@@ -89,19 +90,37 @@ def _log_sizes(name: str, instructions: int, built: list[tuple[bytes, str]]) -> 
 
 
 def render_kernel(kernel: ir.Kernel, target: Target, pieces: "_Pieces | None" = None,
-                  module: ll.Module | None = None) -> ll.Module:
+                  module: ll.Module | None = None, signed: bool = True) -> ll.Module:
     """The LLVM module of ``kernel`` for ``target`` (its outlined functions handed to
     ``pieces`` when given; added to ``module`` when given): what :func:`compile_kernel`
-    builds, and an exported library holds (:mod:`silvanforge.export`). Parallel loops
-    call OpenMP where this process found a runtime, else run serially.
+    builds, and an exported library holds (:mod:`silvanforge.export`, not ``signed``).
+    Parallel loops call OpenMP where this process found a runtime, else run serially.
+    ``signed``: with an empty function named for the kernel's parameters
+    (:func:`signature_symbol`), which :class:`CompiledKernel` looks for when it loads
+    object code.
 
     >>> print(render_kernel(ir.Kernel("noop", [], []), Target.host()).get_global("noop").ftype)
     void ()
     """
     parallel = any(isinstance(s, ir.For) and s.parallel for s in walk_stmts(kernel.body))
-    return render_module(kernel, openmp=parallel and openmp.runtime() is not None,
-                         outlined=pieces, vector_bits=target.vector_bits(),
-                         module=module)
+    module = render_module(kernel, openmp=parallel and openmp.runtime() is not None,
+                           outlined=pieces, vector_bits=target.vector_bits(),
+                           module=module)
+    if signed:
+        marker = ll.Function(module, ll.FunctionType(ll.VoidType(), []),
+                             signature_symbol(kernel.name, kernel.params))
+        ll.IRBuilder(marker.append_basic_block("entry")).ret_void()
+    return module
+
+
+def signature_symbol(name: str, params: Params) -> str:
+    """The symbol that code of kernel ``name`` taking ``params`` defines: the name and a
+    digest of the parameters' names, types and kinds. Object code saved by a SilvanForge
+    whose kernel took other parameters lacks it, and is compiled again rather than
+    called with arguments it does not expect."""
+    text = ",".join(f"{p.name}:{p.dtype!r}{'*' if isinstance(p, ir.Buffer) else ''}"
+                    for p in params)
+    return f"{name}.params.{hashlib.sha256(text.encode()).hexdigest()[:16]}"
 
 
 def compile_kernels(kernels: Sequence[ir.Kernel], *, opt: int = 2,
@@ -294,6 +313,9 @@ class CompiledKernel:
         self.address = self._engine.get_function_address(name)
         if not self.address:
             raise BackendError(f"the object code has no function {name!r}")
+        if not self._engine.get_function_address(signature_symbol(name, params)):
+            raise BackendError(f"the object code's {name!r} takes other parameters than "
+                               "this SilvanForge's (code saved by another version)")
         if self.refusal is not None:
             self.function: Callable = self._refuse
             return
