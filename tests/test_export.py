@@ -112,6 +112,11 @@ def test_xgboost_library_from_c_matches_the_reference_in_threads(xgb_model, tmp_
     header = written.header.read_text()
     assert "#define xgbc_N_FEATURES 6" in header and "#define xgbc_N_OUTPUTS 1" in header
     X = _rows(6, 300, seed=1)
+    # float64 rows of more than a small call go to the main kernel as they are (it
+    # rounds them in its row copy: xgbc.call64); float32 ones to xgbc.call.
+    symbols = subprocess.run([_tool("readelf"), "-s", str(written.library)],
+                             capture_output=True, text=True, check=True).stdout
+    assert "xgbc.call64" in symbols and "rows_are_f64" in predictor.dump("lir")
     _check(predictor.forest, _run_c(tmp_path, "xgbc", X, threads=4), X)
     # No Python, no LLVM: libc (with the dynamic loader, whose __tls_get_addr finds the
     # thread-local error), libm and the OpenMP runtime at most.

@@ -6,7 +6,8 @@ them for the JIT, renamed and made internal), the model buffers as constant glob
 (what the in-process entry binds as addresses), and the C functions of the header,
 generated here as LLVM IR too, so no C compiler is needed to produce ``NAME.o``. A C
 function does what :meth:`Predictor.predict <silvanforge.Predictor.predict>` does: it
-converts the rows to the model's input dtype (a ``malloc``'d copy when they differ),
+converts the rows to the model's input dtype (a ``malloc``'d copy when they differ, but
+float64 rows of a big call for a main kernel that rounds them in its row copy),
 zeroes ``out``, picks the small-batch kernel for small calls, sizes the threads to the
 rows, allocates the privatized buffers with ``calloc`` (per call: every function is
 re-entrant), and the kernel finishes the rows itself (:mod:`silvanforge.lir.finish`).
@@ -393,6 +394,12 @@ def metadata(forest: Forest, name: str, target: Target,
 
 # ---- the LLVM module -------------------------------------------------------------------
 
+def _wide(kernel: ir.Kernel) -> bool:
+    """Whether ``kernel`` takes float64 rows too (lir/lower.py ``WIDE_ROWS``)."""
+    names = [p.name for p in kernel.params]
+    return all(name in names for name in WIDE_ROWS)
+
+
 def _entries(extra: Collection[str]) -> list[Entry]:
     """The C functions of a library (an optional output's only with its kernels)."""
     return [e for e in ENTRIES if e.output not in OPTIONAL_OUTPUTS or e.output in extra]
@@ -543,11 +550,11 @@ class _Wrapper:
         n > 0; what :meth:`Predictor.predict` does around its kernel call (the
         contributions': what ``Contributions.__call__`` does; ``finish`` unused)."""
         rows_t = _INPUT_TYPES[self.input][0]
+        zeroed = [f"  %bytes = mul i64 %n, {8 * self.columns(s)}",
+                  "  %out8 = bitcast double* %out to i8*",
+                  "  call i8* @memset(i8* %out8, i32 0, i64 %bytes)"]
         out = [f'define internal i32 @"{self.name}.{s.tag}call"({rows_t}* %rows, i64 %n, '
-               "double* %out, i64 %finish) noinline {",
-               f"  %bytes = mul i64 %n, {8 * self.columns(s)}",
-               "  %out8 = bitcast double* %out to i8*",
-               "  call i8* @memset(i8* %out8, i32 0, i64 %bytes)"]
+               "double* %out, i64 %finish) noinline {", *zeroed]
         if s.tag == "contribs_":  # per-thread scratch: products and one-fractions
             t = s.representation
             out += self.thread_count(True, contribs.ROWS_PER_THREAD)
@@ -567,6 +574,14 @@ class _Wrapper:
         out += self.thread_count(s.plan.sized_threads, s.plan.rows_per_thread)
         out += self.kernel_call(s, main, 0, "main")
         out.append("}")
+        if s.tag == "" and _wide(main):
+            # ``NAME.call64``: float64 rows for the main kernel, which rounds them in its
+            # row copy (no converted copy of the rows first).
+            out += [f'define internal i32 @"{self.name}.call64"(double* %rows, i64 %n, '
+                    "double* %out, i64 %finish) noinline {", *zeroed]
+            out += self.thread_count(s.plan.sized_threads, s.plan.rows_per_thread)
+            out += self.kernel_call(s, main, 0, "main", wide=True)
+            out.append("}")
         self.lines += out
 
     def thread_count(self, sized: bool, rows_per_thread: int) -> list[str]:
@@ -590,15 +605,17 @@ class _Wrapper:
 
     def kernel_call(self, s: _Set, kernel: ir.Kernel, threads: int, tag: str,
                     scratch: Sequence[tuple[str | None, int, str, int]] | None = None,
-                    finish: bool = True) -> list[str]:
+                    finish: bool = True, wide: bool = False) -> list[str]:
         """Allocate the kernel's scratch buffers (``scratch``: each one's count as
         (a multiplier or None, a constant, element type, element size); by default the
-        predict kernels' privatized buffers), call it, free them, return."""
+        predict kernels' privatized buffers), call it, free them, return. ``wide``:
+        ``%rows`` are float64 rows the kernel rounds itself (:func:`_wide`)."""
         out: list[str] = []
         if scratch is None:
             scratch = [("%n" if per_row else None, const, "double", 8)
                        for per_row, const in self.scratch(s, kernel)]
-        args = [f"{_INPUT_TYPES[self.input][0]}* %rows", "i64 %n", "double* %out"]
+        rows_t = _INPUT_TYPES[self.input][0]
+        args = [f"{rows_t}* null" if wide else f"{rows_t}* %rows", "i64 %n", "double* %out"]
         for i, (per, const, elem_t, size) in enumerate(scratch):
             count = f"%{tag}.count{i}"
             out.append(f"  {count} = mul i64 {per}, {const}" if per
@@ -608,10 +625,8 @@ class _Wrapper:
             args.append(f"{elem_t}* %{tag}.buf{i}")
         args += [f"i64 {'%threads' if threads == 0 else threads}"]
         args += ["i64 %finish"] if finish else []
-        if [p.name for p in kernel.params[len(args):len(args) + 2]] == list(WIDE_ROWS):
-            # A kernel that could read float64 rows too: its rows here are its own dtype
-            # (the entry converted them).
-            args += ["double* null", "i64 0"]
+        if _wide(kernel):
+            args += ["double* %rows", "i64 1"] if wide else ["double* null", "i64 0"]
         types = self.param_types(kernel)[len(args):]
         args += [f"{t} bitcast ([{len(data)} x i8]* {ref} to {t})"
                  for t, (ref, data) in zip(types, s.model)]
@@ -680,6 +695,13 @@ class _Wrapper:
         self.fail(out, "rows or out is NULL", INVALID_ARGUMENT)
         out.append("valid:")
         rows, frees = "%rows", []
+        if e.input != self.input and s.tag == "" and _wide(s.kernels[0]):
+            # The main kernel takes float64 rows itself; a small call's kernel does not.
+            small = s.plan.small_batch if len(s.kernels) > 1 else 0
+            out += [f"  %direct = icmp sgt i64 %n, {small}",
+                    "  br i1 %direct, label %wide_rows, label %narrow_rows", "wide_rows:",
+                    f'  %w = call i32 @"{n}.call64"(double* %rows, i64 %n, '
+                    f"double* %out, i64 {finish})", "  ret i32 %w", "narrow_rows:"]
         if e.input != self.input:
             convert = "fptrunc" if given_size > rows_size else "fpext"
             out += [f"  %count = mul i64 %n, {F}",
