@@ -237,7 +237,8 @@ def test_float64_rows_round_in_the_row_copy_as_numpy_rounds_them(monkeypatch):
         raise AssertionError("float64 rows converted before the kernel")
     with monkeypatch.context() as patch:
         patch.setattr("silvanforge.runtime.predictor.as_rows", refused)
-        got = [predictor.predict(rows[:n], output="margin") for n in (64, 100, 400)]
+        got = [predictor.predict(rows[:n], output="margin", n_jobs=jobs)
+               for n in (64, 100, 400) for jobs in (1, 2)]
     expected = reference.predict(forest, rounded, output="margin")
     for g in got:
         np.testing.assert_array_equal(g, expected[:len(g)])
