@@ -615,7 +615,10 @@ class _Wrapper:
             scratch = [("%n" if per_row else None, const, "double", 8)
                        for per_row, const in self.scratch(s, kernel)]
         rows_t = _INPUT_TYPES[self.input][0]
-        args = [f"{rows_t}* null" if wide else f"{rows_t}* %rows", "i64 %n", "double* %out"]
+        if wide:  # the same address for both row parameters, as the Python entry passes
+            out.append(f"  %{tag}.rows = bitcast double* %rows to {rows_t}*")
+        args = [f"{rows_t}* %{tag}.rows" if wide else f"{rows_t}* %rows", "i64 %n",
+                "double* %out"]
         for i, (per, const, elem_t, size) in enumerate(scratch):
             count = f"%{tag}.count{i}"
             out.append(f"  {count} = mul i64 {per}, {const}" if per
