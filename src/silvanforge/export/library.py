@@ -49,7 +49,7 @@ from ..backends.cpu.freevars import walk_stmts
 from ..backends.cpu.llvm import llvm_type
 from ..errors import BackendError, InputError, UnsupportedModelError
 from ..lir import finish as kernel_finish, ir, lower as lir_lower
-from ..lir.lower import WIDE_ROWS
+from ..lir.lower import takes_float64_rows
 from ..model import leaf_ids
 from ..model.cover import require_contributions
 from ..model.forest import Forest
@@ -394,12 +394,6 @@ def metadata(forest: Forest, name: str, target: Target,
 
 # ---- the LLVM module -------------------------------------------------------------------
 
-def _wide(kernel: ir.Kernel) -> bool:
-    """Whether ``kernel`` takes float64 rows too (lir/lower.py ``WIDE_ROWS``)."""
-    names = [p.name for p in kernel.params]
-    return all(name in names for name in WIDE_ROWS)
-
-
 def _entries(extra: Collection[str]) -> list[Entry]:
     """The C functions of a library (an optional output's only with its kernels)."""
     return [e for e in ENTRIES if e.output not in OPTIONAL_OUTPUTS or e.output in extra]
@@ -574,7 +568,7 @@ class _Wrapper:
         out += self.thread_count(s.plan.sized_threads, s.plan.rows_per_thread)
         out += self.kernel_call(s, main, 0, "main")
         out.append("}")
-        if s.tag == "" and _wide(main):
+        if s.tag == "" and takes_float64_rows(main.params):
             # ``NAME.call64``: float64 rows for the main kernel, which rounds them in its
             # row copy (no converted copy of the rows first).
             out += [f'define internal i32 @"{self.name}.call64"(double* %rows, i64 %n, '
@@ -609,7 +603,8 @@ class _Wrapper:
         """Allocate the kernel's scratch buffers (``scratch``: each one's count as
         (a multiplier or None, a constant, element type, element size); by default the
         predict kernels' privatized buffers), call it, free them, return. ``wide``:
-        ``%rows`` are float64 rows the kernel rounds itself (:func:`_wide`)."""
+        ``%rows`` are float64 rows the kernel rounds itself
+        (:func:`~silvanforge.lir.lower.takes_float64_rows`)."""
         out: list[str] = []
         if scratch is None:
             scratch = [("%n" if per_row else None, const, "double", 8)
@@ -628,7 +623,7 @@ class _Wrapper:
             args.append(f"{elem_t}* %{tag}.buf{i}")
         args += [f"i64 {'%threads' if threads == 0 else threads}"]
         args += ["i64 %finish"] if finish else []
-        if _wide(kernel):
+        if takes_float64_rows(kernel.params):
             args += ["double* %rows", "i64 1"] if wide else ["double* null", "i64 0"]
         types = self.param_types(kernel)[len(args):]
         args += [f"{t} bitcast ([{len(data)} x i8]* {ref} to {t})"
@@ -698,7 +693,7 @@ class _Wrapper:
         self.fail(out, "rows or out is NULL", INVALID_ARGUMENT)
         out.append("valid:")
         rows, frees = "%rows", []
-        if e.input != self.input and s.tag == "" and _wide(s.kernels[0]):
+        if e.input != self.input and s.tag == "" and takes_float64_rows(s.kernels[0].params):
             # The main kernel takes float64 rows itself; a small call's kernel does not.
             small = s.plan.small_batch if len(s.kernels) > 1 else 0
             out += [f"  %direct = icmp sgt i64 %n, {small}",

@@ -25,7 +25,7 @@ from __future__ import annotations
 import itertools
 import re
 from dataclasses import dataclass, field, replace
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -64,6 +64,13 @@ _INPUT_DTYPES = {np.dtype(np.float32): ir.F32, np.dtype(np.float64): ir.F64}
 # The parameters of a kernel whose float32 rows may come as float64 (its row copy rounds
 # them): the rows as float64, and whether they are (nonzero) or the float32 rows are.
 WIDE_ROWS = ("rows_f64", "rows_are_f64")
+
+
+def takes_float64_rows(params: Sequence[ir.Buffer | ir.Var]) -> bool:
+    """Whether a kernel of ``params`` (as :func:`lower` makes them) reads float64 rows
+    too: it has the ``WIDE_ROWS`` parameters, right after ``finish``."""
+    names = [p.name for p in params]
+    return all(name in names for name in WIDE_ROWS)
 
 
 def _name(var: str) -> str:

@@ -45,7 +45,7 @@ import llvmlite.ir as lir
 import numpy as np
 
 from ...lir import ir
-from ...lir.lower import WIDE_ROWS
+from ...lir.lower import WIDE_ROWS, takes_float64_rows
 
 _METH_FASTCALL, _METH_KEYWORDS = 0x80, 0x2
 # The flag a vectorcall's argument count may carry (PY_VECTORCALL_ARGUMENTS_OFFSET).
@@ -148,21 +148,12 @@ def _call(builder: lir.IRBuilder, address: int | lir.Value, ret: lir.Type,
     return builder.call(callee, args)
 
 
-def _wide(free: Sequence[ir.Buffer | ir.Var]) -> bool:
-    """Whether a float32 kernel reads float64 rows too (:func:`~silvanforge.lir.lower.
-    lower`: its row copy rounds them): its last two free parameters, the rows as
-    float64 and whether they are, which the entry passes itself."""
-    return tuple(p.name for p in free[-2:]) == WIDE_ROWS
-
-
 def _module(free: Sequence[ir.Buffer | ir.Var], bound: Sequence[int], kernel: int,
-            offsets: _Offsets, rows: RowsLayout | None) -> lir.Module:
+            offsets: _Offsets, rows: RowsLayout | None, wide: bool) -> lir.Module:
     """``entry(self, args, nargs)``: check ``nargs``, unpack ``free``, check the rows
-    when ``rows`` says how, call, return True (False for rows that do not fit). A kernel
-    reading float64 rows too (:func:`_wide`) gets float64 rows as they are, and which
-    they are."""
-    wide = rows is not None and _wide(free)
-    free = free[:-2] if wide else free
+    when ``rows`` says how, call, return True (False for rows that do not fit). A
+    ``wide`` kernel (:func:`kernel_entry`) gets float64 rows as they are, and which they
+    are, after ``free``."""
     module = lir.Module("entry")
     fn = lir.Function(module, lir.FunctionType(_PTR, [_PTR, _PTR.as_pointer(), _I64]),
                       "entry")
@@ -328,8 +319,9 @@ def kernel_entry(params: Sequence[ir.Buffer | ir.Var], function: Callable, addre
     for buffers, which the caller has checked for dtype and size, but for the rows
     when ``rows`` is given; ints for scalars) followed by the addresses ``bound``.
     It returns True when the kernel ran, False for rows that do not fit ``rows``. A
-    kernel reading float64 rows too (:func:`_wide`) takes them as they are, its last
-    two free parameters passed by the entry, not the caller.
+    kernel reading float64 rows too (:func:`~silvanforge.lir.lower.takes_float64_rows`)
+    takes them as they are, its last two free parameters passed by the entry, not the
+    caller.
 
     The builtin described above where this Python's object layout is the one probed
     for, else a Python function calling ``function``. ``keep`` lives as long as the
@@ -338,10 +330,15 @@ def kernel_entry(params: Sequence[ir.Buffer | ir.Var], function: Callable, addre
     free = params[:len(params) - len(bound)]
     if rows is not None and (not isinstance(free[0], ir.Buffer) or free[1].dtype != ir.I64):
         raise ValueError("a rows check needs rows and their count as the first parameters")
+    wide = rows is not None and takes_float64_rows(free)
+    if wide:
+        if tuple(p.name for p in free[-2:]) != WIDE_ROWS:
+            raise ValueError("a kernel of float64 rows too needs their parameters as its "
+                             "last before the bound ones")
+        free = free[:-2]
     layout = _layout()
     if layout is None:
-        wide = rows is not None and _wide(free)
-        buffers = [isinstance(p, ir.Buffer) for p in (free[:-2] if wide else free)]
+        buffers = [isinstance(p, ir.Buffer) for p in free]
 
         def call(*args: Any) -> bool:
             if len(args) != len(buffers) or any(
@@ -362,7 +359,7 @@ def kernel_entry(params: Sequence[ir.Buffer | ir.Var], function: Callable, addre
                 raise TypeError(f"kernel entry: {exc}") from None
             return True
         return call
-    return _builtin(_module(free, bound, address, layout, rows), (keep, rows))
+    return _builtin(_module(free, bound, address, layout, rows, wide), (keep, rows))
 
 
 def quick_predict(entry: Callable, zeros: Callable, max_rows: int, finish: int,
