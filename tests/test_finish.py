@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import io
 import warnings
-import zipfile
 
 import numpy as np
 import pytest
@@ -17,10 +16,10 @@ from silvanforge import reference
 from silvanforge.lir import ir
 from silvanforge.lir.finish import KERNEL_TRANSFORMS
 from silvanforge.model import serialize, transforms
-from silvanforge.runtime import predictor as runtime
-from silvanforge.runtime.predictor import FORMAT_VERSION, Predictor
+from silvanforge.runtime.predictor import _DIGEST, FORMAT_VERSION, Predictor, _npy
 
 from test_forest import forest_of, stump
+from test_hardening import _archive, _members
 
 # (transform, outputs, parameters)
 CASES = [
@@ -64,41 +63,29 @@ def test_compiled_outputs_match_the_reference(name, outputs, params, average, in
                                        rtol=1e-12, atol=1e-15, err_msg=f"{n} rows")
 
 
-def _archived(members: dict[str, np.ndarray], digest: bool = True) -> bytes:
-    """A saved predictor's bytes holding ``members`` (with their digest)."""
-    files = {f"{k}.npy": runtime._npy(v) for k, v in members.items() if k != "digest"}
-    if digest:
-        files["digest.npy"] = runtime._npy(np.frombuffer(runtime._digest(files), np.uint8))
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as z:
-        for name, content in files.items():
-            z.writestr(name, content)
-    return buf.getvalue()
-
-
 @pytest.mark.parametrize("fmt", [1, 2, 3, 4, 5, 6])
 def test_an_older_archive_is_recompiled_with_a_warning(fmt):
     # Formats before 7 hold kernels of other signatures (before 5 without a digest):
     # their code is never run, the kernels are compiled afresh.
     forest = model("sigmoid", 1, {}, False, True)
     predictor = silvanforge.compile(forest, n_jobs=1)
-    archive = dict(np.load(io.BytesIO(predictor.to_bytes()), allow_pickle=False))
-    header = serialize.loads_meta(archive["header"])
+    members = _members(predictor.to_bytes())
+    header = serialize.loads_meta(np.load(io.BytesIO(members["header.npy"])))
     assert header["format"] == FORMAT_VERSION == 7
     header["format"] = fmt
-    del archive["digest"]  # format 5 added it
+    del members[_DIGEST]  # format 5 added it
     # Formats 1-3 saved compile's options where the plan is now.
     if fmt < 4:
         plan = header.pop("plan")
         header["options"] = {k: plan[k] for k in ("schedule", "representation",
                                                   "precision", "n_jobs", "small_schedule",
                                                   "tile_size", "tiling", "sized_threads")}
-    archive["header"] = serialize.dumps_meta(header)
+    members["header.npy"] = _npy(serialize.dumps_meta(header))
     # Formats 1 and 2 held one object file a kernel, as "object_code_<kernel>".
-    for key in [k for k in archive if k.startswith("object_code_") and fmt < 3]:
-        archive[key.rsplit("_", 1)[0]] = archive.pop(key)
+    for key in [k for k in members if k.startswith("object_code_") and fmt < 3]:
+        members[key.rsplit("_", 1)[0] + ".npy"] = members.pop(key)
     with pytest.warns(UserWarning, match=f"format {fmt}.*recompiling"):
-        old = Predictor.from_bytes(_archived(archive, digest=fmt >= 5))
+        old = Predictor.from_bytes(_archive(members, redigest=fmt >= 5))
     X = np.random.default_rng(0).normal(size=(20, 3))
     np.testing.assert_allclose(old.predict(X), reference.predict(forest, X), rtol=1e-12)
     with warnings.catch_warnings():
@@ -115,15 +102,15 @@ def test_saved_code_of_a_kernel_with_other_parameters_is_recompiled_not_called()
 
     forest = model("sigmoid", 1, {}, False, True)
     predictor = silvanforge.compile(forest, n_jobs=1)
-    archive = dict(np.load(io.BytesIO(predictor.to_bytes()), allow_pickle=False))
+    members = _members(predictor.to_bytes())
     name = predictor._main.lir.name
     other = compile_kernel(ir.Kernel(name, [ir.Buffer("rows", ir.F64),
                                             ir.Var("n_rows", ir.I64)], []))
-    for key in [k for k in archive if k.startswith("object_code_0_")]:
-        del archive[key]
+    for key in [k for k in members if k.startswith("object_code_0_")]:
+        del members[key]
     for j, obj in enumerate(other.object_code):
-        archive[f"object_code_0_{j}"] = np.frombuffer(obj, np.uint8)
+        members[f"object_code_0_{j}.npy"] = _npy(np.frombuffer(obj, np.uint8))
     with pytest.warns(UserWarning, match="recompiling: .* takes other parameters"):
-        loaded = Predictor.from_bytes(_archived(archive))
+        loaded = Predictor.from_bytes(_archive(members, redigest=True))
     X = np.random.default_rng(0).normal(size=(20, 3))
     np.testing.assert_allclose(loaded.predict(X), reference.predict(forest, X), rtol=1e-12)
