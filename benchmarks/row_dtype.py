@@ -46,22 +46,24 @@ def main(argv=None) -> int:
         rng = np.random.default_rng(0)
         for n in args.rows:
             calls = windows(X, n, rng, fresh=True)
-            ways = {"float64": lambda c: c, "converted": lambda c: c.astype(np.float32),
-                    "float32": None}
             float32 = [c.astype(np.float32) for c in calls]
             for c, c32 in zip(calls[:2], float32):
                 assert np.array_equal(predictor.predict(c), predictor.predict(c32))
+            # Each way: its rows, and what the call does to them before predict.
+            ways = {"float64": (calls, None),
+                    "converted": (calls, lambda c: c.astype(np.float32)),
+                    "float32": (float32, None)}
             cases = [(way, t) for way in ways for t in args.threads]
             times: dict = {case: [] for case in cases}
             reps = max(4, 100000 // n)
             for _ in range(args.rounds):
                 random.shuffle(cases)
                 for way, t in cases:
-                    rows, get = (float32, None) if way == "float32" else (calls, ways[way])
+                    rows, convert = ways[way]
                     start = time.perf_counter()
                     for r in range(reps):
                         c = rows[r % len(rows)]
-                        predictor.predict(get(c) if get else c, n_jobs=t)
+                        predictor.predict(convert(c) if convert else c, n_jobs=t)
                     times[way, t].append((time.perf_counter() - start) / reps / n * 1e9)
             for t in args.threads:
                 med = {way: float(np.median(times[way, t])) for way in ways}
