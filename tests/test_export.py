@@ -304,12 +304,19 @@ def test_leaf_output(xgb_model, tmp_path):
     results, ids = _run_c(tmp_path, "lf", X, leaf=20)
     _check(silvanforge.load(xgb_model), results, X)
     assert np.array_equal(ids, expected)
+    # float64 rows of more than a small call reach the leaf kernel as they are (it
+    # rounds them in its row copy: lf.leaf_call64); fewer through a converted copy.
+    symbols = subprocess.run([_tool("readelf"), "-s", str(tmp_path / "liblf.so")],
+                             capture_output=True, text=True, check=True).stdout
+    assert "lf.leaf_call64" in symbols
     # A predictor compiled with the leaf output exports it as it computes it.
     predictor = silvanforge.compile(xgb_model, outputs=("leaf",))
     got = silvanforge.load_library(predictor.export(tmp_path / "p", name="lf").library)
-    leaves = got.predict(X, output="leaf")
-    assert leaves.dtype == np.int32
-    np.testing.assert_array_equal(leaves, predictor.predict(X, output="leaf"))
+    for n in (1, 8, 9, 40):
+        leaves = got.predict(X[:n], output="leaf")
+        assert leaves.dtype == np.int32
+        np.testing.assert_array_equal(leaves, predictor.predict(X[:n], output="leaf"))
+        np.testing.assert_array_equal(leaves, expected[:n])
 
 
 def test_contributions(xgb_model, tmp_path):

@@ -568,11 +568,11 @@ class _Wrapper:
         out += self.thread_count(s.plan.sized_threads, s.plan.rows_per_thread)
         out += self.kernel_call(s, main, 0, "main")
         out.append("}")
-        if s.tag == "" and takes_float64_rows(main.params):
-            # ``NAME.call64``: float64 rows for the main kernel, which rounds them in its
-            # row copy (no converted copy of the rows first).
-            out += [f'define internal i32 @"{self.name}.call64"(double* %rows, i64 %n, '
-                    "double* %out, i64 %finish) noinline {", *zeroed]
+        if takes_float64_rows(main.params):
+            # ``NAME.<tag>call64``: float64 rows for the main kernel, which rounds them
+            # in its row copy (no converted copy of the rows first).
+            out += [f'define internal i32 @"{self.name}.{s.tag}call64"(double* %rows, '
+                    "i64 %n, double* %out, i64 %finish) noinline {", *zeroed]
             out += self.thread_count(s.plan.sized_threads, s.plan.rows_per_thread)
             out += self.kernel_call(s, main, 0, "main", wide=True)
             out.append("}")
@@ -666,7 +666,9 @@ class _Wrapper:
     def entry(self, e: Entry) -> None:
         """``NAME_<suffix>``: check the arguments, convert the rows when their dtype is
         not the kernels', call ``NAME.call`` (leaf ids: ``NAME.leaf_call`` into a
-        float64 buffer, converted to int32; contributions: ``NAME.contribs_call``)."""
+        float64 buffer, converted to int32; contributions: ``NAME.contribs_call``);
+        float64 rows of more than a small call go as they are to ``NAME.call64`` or
+        ``NAME.leaf_call64`` where the main kernel rounds them itself."""
         n, F = self.name, self.forest.n_features
         leaf = e.output == "leaf"
         s = self.sets[e.output + "_" if e.output in OPTIONAL_OUTPUTS else ""]
@@ -692,14 +694,14 @@ class _Wrapper:
                 "  br i1 %null, label %bad_pointer, label %valid", "bad_pointer:"]
         self.fail(out, "rows or out is NULL", INVALID_ARGUMENT)
         out.append("valid:")
-        rows, frees = "%rows", []
-        if e.input != self.input and s.tag == "" and takes_float64_rows(s.kernels[0].params):
+        if e.input != self.input and takes_float64_rows(s.kernels[0].params):
             # The main kernel takes float64 rows itself; a small call's kernel does not.
             small = s.plan.small_batch if len(s.kernels) > 1 else 0
             out += [f"  %direct = icmp sgt i64 %n, {small}",
-                    "  br i1 %direct, label %wide_rows, label %narrow_rows", "wide_rows:",
-                    f'  %w = call i32 @"{n}.call64"(double* %rows, i64 %n, '
-                    f"double* %out, i64 {finish})", "  ret i32 %w", "narrow_rows:"]
+                    "  br i1 %direct, label %wide_rows, label %narrow_rows", "wide_rows:"]
+            self.run(out, s, "wide", "double* %rows", "call64", leaf, [], finish)
+            out.append("narrow_rows:")
+        rows, frees = "%rows", []
         if e.input != self.input:
             convert = "fptrunc" if given_size > rows_size else "fpext"
             out += [f"  %count = mul i64 %n, {F}",
@@ -721,33 +723,45 @@ class _Wrapper:
                     "  %more = icmp slt i64 %next, %count",
                     "  br i1 %more, label %loop, label %converted", "converted:"]
             rows, frees = "%copy", ["%raw"]
-        result = "%out"
+        self.run(out, s, "given", f"{rows_t}* {rows}", "call", leaf, frees, finish)
+        out.append("}")
+        self.lines += out
+
+    def run(self, out: list[str], s: _Set, tag: str, rows: str, call: str, leaf: bool,
+            frees: list[str], finish: int) -> None:
+        """Call ``NAME.<set tag><call>`` on ``rows`` (a typed LLVM operand) into
+        ``%out`` and return its status, freeing ``frees`` (leaf ids: into a float64
+        buffer first, converted to int32). ``tag`` keeps the values and labels of
+        one such call apart from another's in the same function."""
+        result, columns = "%out", self.columns(s)
         if leaf:
-            out += [f"  %cells = mul i64 %n, {columns}",
-                    "  %sums_bytes = mul i64 %cells, 8",
-                    "  %sums_raw = call i8* @malloc(i64 %sums_bytes)",
-                    "  %no_sums = icmp eq i8* %sums_raw, null",
-                    "  br i1 %no_sums, label %sums_nomem, label %sums_ok", "sums_nomem:"]
+            out += [f"  %{tag}.cells = mul i64 %n, {columns}",
+                    f"  %{tag}.sums_bytes = mul i64 %{tag}.cells, 8",
+                    f"  %{tag}.sums_raw = call i8* @malloc(i64 %{tag}.sums_bytes)",
+                    f"  %{tag}.no_sums = icmp eq i8* %{tag}.sums_raw, null",
+                    f"  br i1 %{tag}.no_sums, label %{tag}.sums_nomem, label %{tag}.sums_ok",
+                    f"{tag}.sums_nomem:"]
             out += [f"  call void @free(i8* {f})" for f in frees]
             self.fail(out, "out of memory (leaf sums)", OUT_OF_MEMORY)
-            out += ["sums_ok:", "  %sums = bitcast i8* %sums_raw to double*"]
-            result, frees = "%sums", frees + ["%sums_raw"]
-        out.append(f'  %r = call i32 @"{n}.{s.tag}call"({rows_t}* {rows}, i64 %n, '
+            out += [f"{tag}.sums_ok:", f"  %{tag}.sums = bitcast i8* %{tag}.sums_raw to double*"]
+            result, frees = f"%{tag}.sums", frees + [f"%{tag}.sums_raw"]
+        out.append(f'  %{tag}.r = call i32 @"{self.name}.{s.tag}{call}"({rows}, i64 %n, '
                    f"double* {result}, i64 {finish})")
         if leaf:  # the ids are whole float64 numbers below 2^31: exact as int32
-            out += ["  %ran = icmp eq i32 %r, 0",
-                    "  br i1 %ran, label %ids, label %finished",
-                    "ids:", "  %j = phi i64 [0, %sums_ok], [%j_next, %ids]",
-                    "  %id_at = getelementptr double, double* %sums, i64 %j",
-                    "  %id = load double, double* %id_at",
-                    "  %id32 = fptosi double %id to i32",
-                    "  %out_at = getelementptr i32, i32* %out, i64 %j",
-                    "  store i32 %id32, i32* %out_at",
-                    "  %j_next = add i64 %j, 1",
-                    "  %ids_more = icmp slt i64 %j_next, %cells",
-                    "  br i1 %ids_more, label %ids, label %finished", "finished:"]
+            out += [f"  %{tag}.ran = icmp eq i32 %{tag}.r, 0",
+                    f"  br i1 %{tag}.ran, label %{tag}.ids, label %{tag}.finished",
+                    f"{tag}.ids:",
+                    f"  %{tag}.j = phi i64 [0, %{tag}.sums_ok], [%{tag}.j_next, %{tag}.ids]",
+                    f"  %{tag}.id_at = getelementptr double, double* {result}, i64 %{tag}.j",
+                    f"  %{tag}.id = load double, double* %{tag}.id_at",
+                    f"  %{tag}.id32 = fptosi double %{tag}.id to i32",
+                    f"  %{tag}.out_at = getelementptr i32, i32* %out, i64 %{tag}.j",
+                    f"  store i32 %{tag}.id32, i32* %{tag}.out_at",
+                    f"  %{tag}.j_next = add i64 %{tag}.j, 1",
+                    f"  %{tag}.more = icmp slt i64 %{tag}.j_next, %{tag}.cells",
+                    f"  br i1 %{tag}.more, label %{tag}.ids, label %{tag}.finished",
+                    f"{tag}.finished:"]
         out += [f"  call void @free(i8* {f})" for f in frees]
-        out += ["  ret i32 %r", "}"]
-        self.lines += out
+        out.append(f"  ret i32 %{tag}.r")
 
 
