@@ -425,27 +425,6 @@ def test_rows_of_a_page_or_more_are_copied_whatever_their_levels():
     assert "cache(b0)" not in text and "tile(batch, b0, b1, 64)" in text
 
 
-def test_avx2_walks_of_rows_whose_copy_passes_its_budget_take_blocks_of_48():
-    # Without AVX-512 a block whose copy passes AVX2_COPY_BYTES (20 KiB) walks 48 rows,
-    # three groups in turn; AVX-512 keeps 64, and so do narrower rows everywhere.
-    avx2 = frozenset({"avx2", "avx", "fma"})
-    for features, on_avx2, on_avx512 in [(80, 64, 64), (81, 48, 64), (90, 48, 64),
-                                          (2048, 48, 64), (4096, 32, 32)]:
-        forest = complete_forest([8] * 8, n_features=features)  # 64 levels: copied
-        text = str(REGISTRY["array"].default_schedule(forest, "float32", avx2))
-        assert f"tile(batch, b0, b1, {on_avx2})" in text and "cache(b0)" in text, text
-        text = str(vector_schedule(forest))
-        assert f"tile(batch, b0, b1, {on_avx512})" in text and "cache(b0)" in text, text
-    # Compiled for x86-64-v3 (needs AVX2 to run), blocks of 48 meet every batch end.
-    forest = complete_forest([8] * 8, n_features=90, seed=90)
-    predictor = silvanforge.compile(forest, cpu="x86-64-v3")
-    assert "tile(batch, b0, b1, 48)" in str(predictor.schedule)
-    rows = random_rows(forest, 90, 200).astype(np.float32)
-    expected = reference.predict(forest, rows)
-    for n in (9, 16, 47, 48, 49, 96, 200):
-        np.testing.assert_array_equal(predictor.predict(rows[:n]), expected[:n])
-
-
 def test_a_row_copy_past_the_stack_bound_is_refused_and_never_a_default():
     # 64 rows of 5000 float32 features: 1.28 MB on each thread's stack (the default
     # copies 16 of them).

@@ -75,15 +75,6 @@ COPIED_ROW_BYTES = 4096
 # the calling thread walks a block too (docs/DEPLOY.md "Threads"): 64 rows of 2048 float32
 # features, fewer rows of wider ones (`copied_block`).
 DEFAULT_COPY_BYTES = MAX_ROW_COPY_BYTES // 2
-# Without AVX-512 (each 16-lane vector two AVX2 registers, the windows past 32 slots
-# loaded a lane at a time from the tables), a block whose copy passes this many bytes
-# walks AVX2_BLOCK rows, three groups in turn instead of four: year (90 features, a
-# 23 KB copy for 64 rows) 0.96x the time at 1024-16384 rows built for x86-64-v3,
-# year-like 0.80x, bosch-like and epsilon-like 0.93-0.96x; narrower rows lose with
-# fewer groups (higgs 1.01-1.03x, multiclass 1.05-1.07x), and the AVX-512 walks keep
-# 64 (year 1.02x, year-like 1.08x at 48). docs/ARCHITECTURE.md "The row copy".
-AVX2_COPY_BYTES = 20 * 1024
-AVX2_BLOCK = 48
 
 
 def vectorizes(forest: Forest, precision: str, cpu_features: frozenset[str]) -> bool:
@@ -130,17 +121,11 @@ def copied_block(forest: Forest) -> int:
     return min(VECTOR_BLOCK, fit)
 
 
-def vector_block(forest: Forest, cpu_features: frozenset[str]) -> int:
-    """The rows of a block of the vector walks' default schedule on a CPU of
-    ``cpu_features``: :func:`copied_block` where it copies them (:func:`copies_rows`),
-    at most :data:`AVX2_BLOCK` without AVX-512 when that copy passes
-    :data:`AVX2_COPY_BYTES`; else :data:`~silvanforge.schedule.library.VECTOR_BLOCK`."""
-    if not copies_rows(forest):
-        return VECTOR_BLOCK
-    block = copied_block(forest)
-    if "avx512f" not in cpu_features and block * forest.row_bytes > AVX2_COPY_BYTES:
-        return min(block, AVX2_BLOCK)
-    return block
+def vector_block(forest: Forest) -> int:
+    """The rows of a block of the vector walks' default schedule: :func:`copied_block`
+    where it copies them (:func:`copies_rows`), else
+    :data:`~silvanforge.schedule.library.VECTOR_BLOCK`."""
+    return copied_block(forest) if copies_rows(forest) else VECTOR_BLOCK
 
 
 def level_positions(forest: Forest) -> np.ndarray:
@@ -267,8 +252,8 @@ class ArrayRepresentation(LevelOrderRepresentation, ConsecutiveTrees):
     def default_schedule(cls, forest: Forest, precision: str,
                          cpu_features: frozenset[str]) -> Schedule:
         if vectorizes(forest, precision, cpu_features):
-            return named("vector", forest.n_trees,
-                         rows=vector_block(forest, cpu_features), cache=copies_rows(forest))
+            return named("vector", forest.n_trees, rows=vector_block(forest),
+                         cache=copies_rows(forest))
         return super().default_schedule(forest, precision, cpu_features)
 
     def __init__(self, forest: Forest, precision: str = "float64",

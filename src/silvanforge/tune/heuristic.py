@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from ..model.forest import Forest
-from ..plan.planner import MIN_ROWS_PER_THREAD, SMALL_BATCH, cpu_target
+from ..plan.planner import MIN_ROWS_PER_THREAD, SMALL_BATCH
 from ..representations.array import copies_rows, vector_block
 from ..representations import REGISTRY
 from ..schedule.library import CODE_TREE_TILE, SMALL_TREE_TILE, VECTOR_BLOCK, XGBOOST_BLOCK
@@ -142,11 +142,10 @@ def shortlist(forest: Forest, batch: int, n_jobs: int) -> list[dict[str, Any]]:
         # Vector walks (compile's default on AVX-512 for such forests), last: the
         # leaders' refinements below are for the scalar orders' axes. Layouts whose
         # walks read prepared rows (mask) always cache the block; copied rows too wide
-        # for 64 rows on the stack, or on AVX2 for its cache (`vector_block`), take
-        # compile's smaller blocks, for this machine: the tuner times its own.
+        # for 64 rows on the stack take compile's smaller blocks.
         out += [{"order": "row_vectors",
                  "block": VECTOR_BLOCK if REGISTRY[rep].prepares_rows
-                 else vector_block(forest, frozenset(cpu_target().enabled())),
+                 else vector_block(forest),
                  "cache": REGISTRY[rep].prepares_rows or copies_rows(forest),
                  "threads": threads_for(batch, n_jobs), "representation": rep}
                 for rep in dict.fromkeys(p["representation"] for p in out)
