@@ -733,35 +733,36 @@ class _Wrapper:
         ``%out`` and return its status, freeing ``frees`` (leaf ids: into a float64
         buffer first, converted to int32). ``tag`` keeps the values and labels of
         one such call apart from another's in the same function."""
+        v, at = f"%{tag}.", f"{tag}."  # this call's values and labels
         result, columns = "%out", self.columns(s)
         if leaf:
-            out += [f"  %{tag}.cells = mul i64 %n, {columns}",
-                    f"  %{tag}.sums_bytes = mul i64 %{tag}.cells, 8",
-                    f"  %{tag}.sums_raw = call i8* @malloc(i64 %{tag}.sums_bytes)",
-                    f"  %{tag}.no_sums = icmp eq i8* %{tag}.sums_raw, null",
-                    f"  br i1 %{tag}.no_sums, label %{tag}.sums_nomem, label %{tag}.sums_ok",
-                    f"{tag}.sums_nomem:"]
+            out += [f"  {v}cells = mul i64 %n, {columns}",
+                    f"  {v}sums_bytes = mul i64 {v}cells, 8",
+                    f"  {v}sums_raw = call i8* @malloc(i64 {v}sums_bytes)",
+                    f"  {v}no_sums = icmp eq i8* {v}sums_raw, null",
+                    f"  br i1 {v}no_sums, label %{at}sums_nomem, label %{at}sums_ok",
+                    f"{at}sums_nomem:"]
             out += [f"  call void @free(i8* {f})" for f in frees]
             self.fail(out, "out of memory (leaf sums)", OUT_OF_MEMORY)
-            out += [f"{tag}.sums_ok:", f"  %{tag}.sums = bitcast i8* %{tag}.sums_raw to double*"]
-            result, frees = f"%{tag}.sums", frees + [f"%{tag}.sums_raw"]
-        out.append(f'  %{tag}.r = call i32 @"{self.name}.{s.tag}{call}"({rows}, i64 %n, '
+            out += [f"{at}sums_ok:", f"  {v}sums = bitcast i8* {v}sums_raw to double*"]
+            result, frees = f"{v}sums", frees + [f"{v}sums_raw"]
+        out.append(f'  {v}r = call i32 @"{self.name}.{s.tag}{call}"({rows}, i64 %n, '
                    f"double* {result}, i64 {finish})")
         if leaf:  # the ids are whole float64 numbers below 2^31: exact as int32
-            out += [f"  %{tag}.ran = icmp eq i32 %{tag}.r, 0",
-                    f"  br i1 %{tag}.ran, label %{tag}.ids, label %{tag}.finished",
-                    f"{tag}.ids:",
-                    f"  %{tag}.j = phi i64 [0, %{tag}.sums_ok], [%{tag}.j_next, %{tag}.ids]",
-                    f"  %{tag}.id_at = getelementptr double, double* {result}, i64 %{tag}.j",
-                    f"  %{tag}.id = load double, double* %{tag}.id_at",
-                    f"  %{tag}.id32 = fptosi double %{tag}.id to i32",
-                    f"  %{tag}.out_at = getelementptr i32, i32* %out, i64 %{tag}.j",
-                    f"  store i32 %{tag}.id32, i32* %{tag}.out_at",
-                    f"  %{tag}.j_next = add i64 %{tag}.j, 1",
-                    f"  %{tag}.more = icmp slt i64 %{tag}.j_next, %{tag}.cells",
-                    f"  br i1 %{tag}.more, label %{tag}.ids, label %{tag}.finished",
-                    f"{tag}.finished:"]
+            out += [f"  {v}ran = icmp eq i32 {v}r, 0",
+                    f"  br i1 {v}ran, label %{at}ids, label %{at}finished",
+                    f"{at}ids:",
+                    f"  {v}j = phi i64 [0, %{at}sums_ok], [{v}j_next, %{at}ids]",
+                    f"  {v}id_at = getelementptr double, double* {result}, i64 {v}j",
+                    f"  {v}id = load double, double* {v}id_at",
+                    f"  {v}id32 = fptosi double {v}id to i32",
+                    f"  {v}out_at = getelementptr i32, i32* %out, i64 {v}j",
+                    f"  store i32 {v}id32, i32* {v}out_at",
+                    f"  {v}j_next = add i64 {v}j, 1",
+                    f"  {v}more = icmp slt i64 {v}j_next, {v}cells",
+                    f"  br i1 {v}more, label %{at}ids, label %{at}finished",
+                    f"{at}finished:"]
         out += [f"  call void @free(i8* {f})" for f in frees]
-        out.append(f"  ret i32 %{tag}.r")
+        out.append(f"  ret i32 {v}r")
 
 
