@@ -129,6 +129,31 @@ def test_report_writes_json_and_markdown(case, tmp_path):
     assert text.count("| 16 | 1 |") == 1
 
 
+def test_runs_summary_takes_the_median_of_the_runs_ratios():
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    try:
+        import runs
+    finally:
+        sys.path.pop(0)
+
+    def run(ours, theirs, status="ok"):
+        rows = [{"model": "m", "batch": 1024, "threads": 1, "engine": "silvanforge",
+                 "status": status, "ns_per_row": ours},
+                {"model": "m", "batch": 1024, "threads": 1, "engine": "xgboost",
+                 "status": "ok", "ns_per_row": theirs}]
+        return {"rows": rows}
+
+    # Ratios 6, 5, 8 (the failed run left out): median 6, not the ratio of the medians
+    # of the times (1500 / 250).
+    results = [run(250, 1500), run(300, 1500), run(250, 2000), run(None, 1800, "failed")]
+    (row,) = runs.summary(results, "xgboost")
+    assert (row["engine"], row["runs"], row["ratio"], row["low"], row["high"]) == \
+        ("silvanforge", 3, 6.0, 5.0, 8.0)
+    assert (row["ns"], row["peer_ns"]) == (250, 1500)
+    assert "| m | 1024 | 1 | silvanforge | 3 | 6.00 (5.00-8.00) | 250 | 1500 |" in \
+        runs.markdown([row], "xgboost")
+
+
 def test_missing_engines_are_listed_with_reasons(case):
     engines = [_Offset("exact", 0.0), _Absent(), bench.LleavesEngine(None),
                bench.LightGBMEngine()]
