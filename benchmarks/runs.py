@@ -4,9 +4,10 @@
 
 Within a run, run.py interleaves the engines round by round. Between runs each engine
 is loaded anew in a new process, whose tables land elsewhere in the caches: on the
-development machine XGBoost's own time at 1024 rows moved by a quarter from run to run
-while SilvanForge's moved by a few percent (benchmarks/results-2026-11-27-xgboost-runs),
-so one run's ratio decides little. This runs run.py ``--runs`` times (DIR/run1, ...)
+development machine XGBoost's own time at 1024 rows ranged over 10-17% in seven runs
+(1487-1878 ns a row on higgs and year; 1513-1929 in three runs the same day) while
+SilvanForge's ranged over 5-8% (benchmarks/results-2026-11-27-xgboost-runs), so one
+run's ratio decides little near a target. This runs run.py ``--runs`` times (DIR/run1, ...)
 and reports, for each model, batch, thread count and engine, the median of the runs'
 ratios of the peer's time to the engine's (above 1: the engine is faster), with their
 range and the medians of both times: DIR/runs.md and DIR/runs.json.
