@@ -14,6 +14,12 @@ range) of the rounds' ratios. The OpenMP wait policy is the environment's
 ``benchmarks/run.py`` sets PASSIVE so that other engines' idle pools sleep, and a
 sleeping thread is woken at every call (docs/ARCHITECTURE.md "Where the speed targets
 stop").
+
+With ``--ceiling``, also the machine's own two-core scaling at the largest batch: the
+model's 1-thread calls timed in two processes at once against one process alone (the
+median over ``--ceiling-rounds`` such pairs of 2 x alone / together). On a VM whose
+vCPUs share a host this is what any two threads can reach; on the 2-vCPU development
+machine two such processes got ~1.9x (benchmarks/results-2026-11-27-threads-ceiling).
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import json
 import os
 import platform
 import random
+import subprocess
 import sys
 import time
 
@@ -77,12 +84,65 @@ def measure(model: str, batches: list[int], rounds: int) -> list[dict]:
     return out
 
 
+# One process of the ceiling: 1-thread calls of ROWS rows, timed from START for SECONDS
+# (every process of a pair starts its calls at the same moment); prints ns a row.
+_SOLO = r"""
+import json, sys, time
+import numpy as np, silvanforge
+from predict_ab import model_rows
+model, n = sys.argv[1], int(sys.argv[2])
+start, seconds = float(sys.argv[3]), float(sys.argv[4])
+predictor = silvanforge.compile(model, n_jobs=1)
+X = model_rows(model, predictor.forest).astype(predictor.forest.input_dtype)
+rows = np.ascontiguousarray(X[np.random.default_rng(0).integers(0, len(X), n)])
+predictor.predict(rows)
+while time.time() < start:
+    time.sleep(0.001)
+times = []
+while time.time() < start + seconds:
+    begin = time.perf_counter()
+    predictor.predict(rows)
+    times.append(time.perf_counter() - begin)
+print(json.dumps(float(np.median(times)) / n * 1e9))
+"""
+# Seconds from launching a ceiling's processes to their first timed call: time to
+# import and compile in both at once.
+_SOLO_LEAD = 8.0
+
+
+def ceiling(model: str, n: int, rounds: int, seconds: float = 3.0) -> dict:
+    """The model's 1-thread calls of ``n`` rows in one process alone, then in two at
+    once, ``rounds`` times: the median (and range) of 2 x alone / together."""
+    here = os.path.dirname(os.path.abspath(__file__))
+
+    def together(k: int) -> list[float]:
+        start = f"{time.time() + _SOLO_LEAD:.3f}"
+        procs = [subprocess.Popen([sys.executable, "-c", _SOLO, model, str(n), start,
+                                   str(seconds)], cwd=here, stdout=subprocess.PIPE,
+                                  stderr=subprocess.DEVNULL, text=True) for _ in range(k)]
+        return [json.loads(p.communicate()[0]) for p in procs]
+
+    ratios, alone_ns, pair_ns = [], [], []
+    for _ in range(rounds):
+        (alone,), pair = together(1), together(2)
+        ratios.append(2 * alone / float(np.mean(pair)))
+        alone_ns.append(alone)
+        pair_ns.append(float(np.mean(pair)))
+    return {"model": os.path.basename(model), "rows": n,
+            "alone_ns": float(np.median(alone_ns)),
+            "together_ns": float(np.median(pair_ns)), "scaling": float(np.median(ratios)),
+            "scaling_range": [min(ratios), max(ratios)]}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("models", nargs="+")
     parser.add_argument("--rows", type=int, nargs="+", default=[4096, 16384, 65536])
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--out")
+    parser.add_argument("--ceiling", action="store_true",
+                        help="also two 1-thread processes at once against one alone")
+    parser.add_argument("--ceiling-rounds", type=int, default=3)
     args = parser.parse_args(argv)
     policy = os.environ.get("OMP_WAIT_POLICY", "(libgomp's default)")
     print(f"CPU {cpu_name()}, {os.cpu_count()} CPUs, OMP_WAIT_POLICY={policy}, "
@@ -95,10 +155,19 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{r['model']} ({r['plan']}) {r['rows']} rows: 1 thread "
                   f"{r['one_ns']:.0f} ns a row, 2 threads {r['two_ns']:.0f}: "
                   f"{r['speedup']:.2f}x ({low:.2f}-{high:.2f})", flush=True)
+    ceilings = []
+    for model in args.models if args.ceiling else []:
+        c = ceiling(model, max(args.rows), args.ceiling_rounds)
+        ceilings.append(c)
+        low, high = c["scaling_range"]
+        print(f"{c['model']} {c['rows']} rows, two 1-thread processes at once: "
+              f"{c['together_ns']:.0f} ns a row each, {c['alone_ns']:.0f} alone: "
+              f"{c['scaling']:.2f}x ({low:.2f}-{high:.2f})", flush=True)
     if args.out:
         with open(args.out, "w") as fh:
             json.dump({"cpu": cpu_name(), "omp_wait_policy": policy,
-                       "rounds": args.rounds, "results": results}, fh, indent=1)
+                       "rounds": args.rounds, "results": results,
+                       "ceilings": ceilings}, fh, indent=1)
     return 0
 
 
