@@ -55,11 +55,18 @@ def cpu_name() -> str:
         return platform.processor() or "unknown"
 
 
-def measure(model: str, batches: list[int], rounds: int) -> list[dict]:
-    predictor = silvanforge.compile(model, n_jobs=2)
+def call_rows(model: str, predictor: silvanforge.Predictor,
+              sizes: list[int]) -> dict[int, np.ndarray]:
+    """Rows of each size in ``sizes``, of the model's input type, drawn with replacement
+    from its rows (``predict_ab.model_rows``; one generator of seed 0, sizes in turn)."""
     X = model_rows(model, predictor.forest).astype(predictor.forest.input_dtype)
     rng = np.random.default_rng(0)
-    rows = {n: np.ascontiguousarray(X[rng.integers(0, len(X), n)]) for n in batches}
+    return {n: np.ascontiguousarray(X[rng.integers(0, len(X), n)]) for n in sizes}
+
+
+def measure(model: str, batches: list[int], rounds: int) -> list[dict]:
+    predictor = silvanforge.compile(model, n_jobs=2)
+    rows = call_rows(model, predictor, batches)
     cases = [(n, t) for n in batches for t in (1, 2)]
     times: dict = {case: [] for case in cases}
     for n, t in cases:  # warm: the thread pool, the pages of the result
@@ -89,12 +96,11 @@ def measure(model: str, batches: list[int], rounds: int) -> list[dict]:
 _SOLO = r"""
 import json, sys, time
 import numpy as np, silvanforge
-from predict_ab import model_rows
+from threads import call_rows
 model, n = sys.argv[1], int(sys.argv[2])
 start, seconds = float(sys.argv[3]), float(sys.argv[4])
 predictor = silvanforge.compile(model, n_jobs=1)
-X = model_rows(model, predictor.forest).astype(predictor.forest.input_dtype)
-rows = np.ascontiguousarray(X[np.random.default_rng(0).integers(0, len(X), n)])
+rows = call_rows(model, predictor, [n])[n]
 predictor.predict(rows)
 while time.time() < start:
     time.sleep(0.001)
