@@ -363,12 +363,13 @@ class _FunctionBuilder:
     def _lane_offset(self, offsets: ll.Value, lane: int) -> ll.Value:
         """Lane ``lane`` of ``offsets`` as a 64-bit index (zero-extended: offsets index
         a buffer, never negative, and on x86 a 32-bit register write clears the upper
-        half, so the offset is a load's index register as it is). With AVX-512, 32-bit
-        offsets leave the vector two at a time, as one 64-bit lane split by a shift and
-        a mask: half the moves from vector to general registers (higgs 0.90x the time;
-        on AVX2 level, docs/ARCHITECTURE.md "Vector walks across rows")."""
+        half, so the offset is a load's index register as it is). 32-bit offsets leave
+        the vector two at a time, as one 64-bit lane split by a shift and a mask: half
+        the moves from vector to general registers (AVX-512: higgs 0.90x the time on Zen
+        4; AVX2: level on Zen 4, 0.93-0.96x on Zen 5; docs/ARCHITECTURE.md "Vector walks
+        across rows")."""
         count = offsets.type.count  # type: ignore[attr-defined]
-        if self.render.vector_bits == 512 and offsets.type.element == _I32 and count % 2 == 0:
+        if offsets.type.element == _I32 and count % 2 == 0:
             pairs = self.b.convert("bitcast", offsets, ll.VectorType(_I64, count // 2))
             pair = self.b.extract(pairs, lane // 2)
             return self.b.binary("lshr", pair, ll.Constant(_I64, 32)) if lane % 2 else \
