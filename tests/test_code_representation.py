@@ -283,7 +283,8 @@ def test_branch_trees_render_as_their_expansion(forest, which, vector_bits):
     precision = "float32" if forest.input_dtype == np.float32 else "float64"
     plan = make_plan(forest, representation="code", schedule=CODE_SCHEDULES[which],
                      precision=precision, n_jobs=1)
-    _, kernel = lower_schedules(forest, plan.schedules, build_representation(plan))[0]
+    _, kernel = lower_schedules(forest, plan.schedules, build_representation(plan),
+                                plan.vector_lanes)[0]
     trees = [s for s in walk_stmts(kernel.body) if isinstance(s, ir.BranchTree)]
     assert trees and not any(isinstance(s, ir.If) and isinstance(s.cond, ir.Cmp)
                              and isinstance(s.cond.b, ir.Load)

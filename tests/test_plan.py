@@ -11,7 +11,7 @@ import pytest
 import silvanforge
 from silvanforge import reference
 from silvanforge.backends.cpu import Target
-from silvanforge.errors import BackendError, InputError
+from silvanforge.errors import BackendError, InputError, ModelFormatError
 from silvanforge.model.forest import MISSING_NAN, MISSING_NONE, OP_LE
 from silvanforge.model.builder import build_forest
 from silvanforge.plan import Plan, cache, make_plan
@@ -23,6 +23,7 @@ from silvanforge.schedule import Schedule, named
 from test_compile import schedules
 from test_forest import forest_of, stump
 from test_mask import grown_tree
+from test_vector_walks import complete_forest
 from util import probe_rows
 
 # Schedules a user writes without thinking of layouts (issue 22's examples among them).
@@ -103,6 +104,32 @@ def test_the_plan_prints_every_choice_and_survives_saving(stumps, tmp_path):
     loaded = silvanforge.load_predictor(path)
     assert loaded.plan == predictor.plan and loaded.dump("plan") == text
     assert Plan.from_json(stumps, predictor.plan.to_json()) == predictor.plan
+
+
+def test_avx2_walks_deep_array_trees_eight_rows_a_vector_and_the_plan_says_so(stumps):
+    # 16 lanes (an AVX-512 register of float32), but 8 (one AVX2 register) for the array
+    # layout of trees of depth 8 or more on AVX2; printed, saved, checked when read back.
+    deep = complete_forest([8, 5, 8], n_features=6, seed=3)
+    lanes = {(cpu, rep): make_plan(deep, n_jobs=2, cpu=cpu, representation=rep)
+             for cpu in ("x86-64-v3", "x86-64-v4") for rep in ("array", "mask")}
+    assert {key: p.vector_lanes for key, p in lanes.items()} == {
+        ("x86-64-v3", "array"): 8, ("x86-64-v4", "array"): 16,
+        ("x86-64-v3", "mask"): 16, ("x86-64-v4", "mask"): 16}
+    assert make_plan(stumps, n_jobs=2, cpu="x86-64-v3").vector_lanes == 16  # shallow
+    plan = lanes[("x86-64-v3", "array")]
+    assert "vector walks: 8 rows a vector" in str(plan)
+    assert "vector walks" not in str(make_plan(deep, cpu="x86-64-v2"))  # not vectorized
+    saved = plan.to_json()
+    assert Plan.from_json(deep, saved).vector_lanes == 8
+    assert Plan.from_json(deep, {k: v for k, v in saved.items()
+                                 if k != "vector_lanes"}).vector_lanes == 16  # older files
+    with pytest.raises(ModelFormatError, match="vector_lanes 5 is not one of 8, 16"):
+        Plan.from_json(deep, {**saved, "vector_lanes": 5})
+    # The MIR's walks take the plan's lanes (their results: tests/test_vector_walks.py).
+    if Target.named("x86-64-v3").runs_on(Target.host()):
+        predictor = silvanforge.compile(deep, n_jobs=2, cpu="x86-64-v3")
+        assert "interleaved_walk <lanes = 8>" in predictor.dump("mir")
+        check(predictor, deep)
 
 
 def test_a_new_representation_is_a_class_and_nothing_else(stumps, monkeypatch):

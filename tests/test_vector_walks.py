@@ -193,20 +193,25 @@ def test_vector_walks_of_shallower_trees_skip_the_padded_levels(cpu):
 
 @pytest.mark.parametrize("cpu", [None, "x86-64-v3"])
 @pytest.mark.parametrize("n_features", [15, 16, 37])
-def test_the_row_copy_transposes_blocks_of_16_features_in_registers(cpu, n_features):
-    # Rows of 16 features or more: each group's 16 x 16 blocks are loaded a row at a
-    # time, transposed by four steps of shuffles and stored a feature at a time; the
-    # features past the last whole block (and rows of fewer than 16) are copied one by
-    # one. Rows past the batch's end are the last row's copies (any count of rows).
-    # x86-64-v3 needs a CPU with AVX2 to run.
+def test_the_row_copy_transposes_square_blocks_of_features_in_registers(cpu, n_features):
+    # Rows of at least a vector's lanes of features (16 on AVX-512, 8 for x86-64-v3):
+    # each group's lanes x lanes blocks are loaded a row at a time, transposed by
+    # log2(lanes) steps of shuffles and stored a feature at a time; the features past
+    # the last whole block (and rows of fewer) are copied one by one. Rows past the
+    # batch's end are the last row's copies (any count of rows). x86-64-v3 needs a CPU
+    # with AVX2 to run.
     forest = complete_forest([6, 8, 3], n_features=n_features, seed=n_features)
     rows = random_rows(forest, n_features, 150).astype(np.float32)
     expected = reference.predict(forest, rows, output="margin")
     predictor = silvanforge.compile(forest, schedule=schedule(64, True), cpu=cpu,
                                     representation="array", precision="float32")
     lir = predictor.dump("lir")
-    # 16 x 16 blocks of 4 steps of 16 shuffles, once for float32 rows, once for float64.
-    assert lir.count("shuffle(") == (128 if n_features >= 16 else 0)
+    lanes = predictor.plan.vector_lanes
+    assert lanes == (8 if cpu or Target.host().vector_bits() == 256 else 16)
+    # lanes x lanes blocks of log2(lanes) steps of `lanes` shuffles, once for float32
+    # rows, once for float64.
+    steps = lanes.bit_length() - 1
+    assert lir.count("shuffle(") == (2 * steps * lanes if n_features >= lanes else 0)
     for n in (1, 15, 16, 64, 65, 150):
         for X in (rows[:n], rows[:n].astype(np.float64)):
             np.testing.assert_array_equal(predictor.predict(X, output="margin"),

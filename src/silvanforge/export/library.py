@@ -119,7 +119,8 @@ class Kernels:
         """The (MIR, LIR) kernels of the plan's schedules (main, then small-batch)."""
         if self.lowered is not None:
             return self.lowered
-        return lower_schedules(self.plan.forest, self.plan.schedules, self.representation)
+        return lower_schedules(self.plan.forest, self.plan.schedules, self.representation,
+                               self.plan.vector_lanes)
 
 
 def contribution_kernels(plan: Plan) -> Kernels:

@@ -35,10 +35,11 @@ from .legalize import check_peel, covered, legalize_reductions
 RESULT = "result"
 
 
-def lower(forest: Forest, schedule: Schedule) -> Function:
-    """The legalised MIR function computing ``schedule`` over ``forest``'s trees."""
+def lower(forest: Forest, schedule: Schedule, lanes: int = VECTOR_LANES) -> Function:
+    """The legalised MIR function computing ``schedule`` over ``forest``'s trees; a
+    vectorized loop's rows walk ``lanes`` at a time (the plan's ``vector_lanes``)."""
     schedule.check(forest.n_trees)
-    builder = _Builder(schedule, forest.n_trees)
+    builder = _Builder(schedule, forest.n_trees, lanes)
     body = tuple(op for root in schedule.roots for op in builder.node(root, {}, (), ()))
     fn = Function("predict", forest.n_trees, forest.n_outputs,
                   (BufferDecl(RESULT, (N, "n_outputs")),), body)
@@ -47,8 +48,8 @@ def lower(forest: Forest, schedule: Schedule) -> Function:
 
 
 class _Builder:
-    def __init__(self, schedule: Schedule, n_trees: int) -> None:
-        self.s = schedule
+    def __init__(self, schedule: Schedule, n_trees: int, lanes: int) -> None:
+        self.s, self.lanes = schedule, lanes
         self.range = lru_cache(maxsize=None)(self._range)
         self.n_trees = n_trees
 
@@ -209,7 +210,7 @@ class _Builder:
                                 "vector walk takes consecutive rows")
         return [InterleavedWalk(tuple(members), attrs.get("unroll_walk", 0),
                                 attrs.get("peel_walk", 0),
-                                VECTOR_LANES if attrs.get("vectorize") else 0), *reduces]
+                                self.lanes if attrs.get("vectorize") else 0), *reduces]
 
     def cache_ops(self, loop: Loop, body: list[Op]) -> list[Op]:
         """One cache op per distinct range one iteration of loop reads."""

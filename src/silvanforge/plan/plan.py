@@ -23,6 +23,7 @@ from ..model.forest import Forest
 from ..model.leaf_ids import leaf_id_forest
 from ..representations import REGISTRY
 from ..schedule import Schedule
+from ..schedule.schedule import AVX2_VECTOR_LANES, VECTOR_LANES
 
 # The most threads a predictor runs. OpenMP starts every thread asked for, each with its
 # own stack, and gives no error when it cannot: 100,000 crashed the process and 2**31
@@ -54,7 +55,11 @@ _SAVED_TYPES: dict[str, Any] = {
     "target": str, "precision": str, "schedule": str, "cpu": (str, type(None)),
     "small_schedule": (str, type(None)), "small_representation": (str, type(None)),
     "small_batch": int, "sized_threads": bool,
-    "rows_per_thread": int, "tile_size": int, "tiling": str, "outputs": list}
+    "rows_per_thread": int, "tile_size": int, "tiling": str, "outputs": list,
+    "vector_lanes": int}
+# The rows a vector walk may take at once: one AVX2 register of float32, or one of
+# AVX-512 (a saved plan's other counts are refused: the lowering sizes buffers by them).
+VECTOR_LANE_COUNTS = (AVX2_VECTOR_LANES, VECTOR_LANES)
 
 # Outputs beyond value and margin whose kernels a plan may ask to build at once (they
 # are built on first use otherwise), and an exported library to have: "leaf"
@@ -93,7 +98,9 @@ class Plan:
     ("uniform", or "probability" from a profile: ``node_tile`` then holds the tiling's
     per-node labels, and ``forest`` may have its trees reordered: tree ``i`` is the
     model's tree ``tree_order[i]``). ``outputs``: kernels for other outputs to build at
-    once (:data:`EAGER_OUTPUTS`; others are built on first use).
+    once (:data:`EAGER_OUTPUTS`; others are built on first use). ``vector_lanes``: the
+    rows a vectorized schedule's walk takes at once (:data:`VECTOR_LANE_COUNTS`, by the
+    CPU's vectors: :func:`~silvanforge.plan.planner.vector_lanes`).
     """
 
     forest: Forest
@@ -113,6 +120,7 @@ class Plan:
     node_tile: np.ndarray | None = field(default=None, repr=False)
     tree_order: np.ndarray | None = field(default=None, repr=False)
     outputs: tuple[str, ...] = ()
+    vector_lanes: int = VECTOR_LANES
 
     @property
     def schedules(self) -> list[Schedule]:
@@ -163,6 +171,9 @@ class Plan:
             raise ModelFormatError(f"the plan's small_batch {values['small_batch']} has no "
                                    "small_schedule")
         values["outputs"] = checked_outputs(values.get("outputs", ()), ModelFormatError)
+        if values.get("vector_lanes", VECTOR_LANES) not in VECTOR_LANE_COUNTS:
+            raise ModelFormatError(f"the plan's vector_lanes {values['vector_lanes']} is not "
+                                   f"one of {', '.join(map(str, VECTOR_LANE_COUNTS))}")
         if tree_order is not None and not np.array_equal(np.sort(tree_order),
                                                          np.arange(forest.n_trees)):
             raise ModelFormatError("the plan's tree order is not a permutation of the trees")
@@ -200,6 +211,8 @@ class Plan:
                 f", at most one per {self.rows_per_thread} rows a call"
                 if self.sized_threads else " (as the schedule says)"))
         lines += ["schedule:"] + [f"  {line}" for line in str(self.schedule).splitlines()]
+        if self.target == "cpu" and any(s.vectorized for s in self.schedules):
+            lines.append(f"vector walks: {self.vector_lanes} rows a vector")
         if self.outputs:
             lines.append(f"kernels built at once for outputs: {', '.join(self.outputs)}")
         if self.small_schedule:

@@ -45,15 +45,15 @@ class LayoutPair:
         return self.main.params + self.small.params
 
 
-def lower_schedules(forest: Forest, schedules: Sequence[Any], representation: Any
-                    ) -> list[tuple[Any, ir.Kernel]]:
+def lower_schedules(forest: Forest, schedules: Sequence[Any], representation: Any,
+                    lanes: int) -> list[tuple[Any, ir.Kernel]]:
     """The (MIR, LIR) kernel of each schedule (main, then small-batch), each walking
     its own layout (a pair's main and small ones, else ``representation``) and taking
-    the buffers of all of them."""
+    the buffers of all of them; vector walks take ``lanes`` rows at once."""
     walks = ([representation.main, representation.small]
              if isinstance(representation, LayoutPair) else [representation] * 2)
     out = []
     for layout, schedule in zip(walks, schedules):
-        fn = mir_lower(forest, schedule)
+        fn = mir_lower(forest, schedule, lanes)
         out.append((fn, lir_lower.lower(fn, forest, layout, representation.params)))
     return out

@@ -57,7 +57,7 @@ from ..model.inputs import as_rows
 from ..model.sparse import blockwise
 from ..plan import Plan
 from ..plan.plan import MAX_JOBS, checked_jobs
-from ..plan.planner import SMALL_BATCH, cpu_target, rows_per_thread
+from ..plan.planner import SMALL_BATCH, cpu_target, rows_per_thread, vector_lanes
 from ..reference import check_output
 from ..representations import REGISTRY
 from ..representations.pair import lower_schedules
@@ -174,7 +174,9 @@ class Predictor(ForestShape):
         if mismatch:
             warnings.warn(f"recompiling for this CPU: the saved code {mismatch}",
                           stacklevel=3)
-            plan, object_code, leaf_code = replace(plan, cpu="native"), (), ()
+            plan = replace(plan, cpu="native", vector_lanes=vector_lanes(
+                Target.host(), plan.representation, forest))
+            object_code, leaf_code = (), ()
         self.plan = plan
         if len(object_code) < len(plan.schedules):  # a build: its workers start meanwhile
             start_workers()
@@ -184,8 +186,9 @@ class Predictor(ForestShape):
             start = time.perf_counter()
             kernels = [_Kernel(forest, schedule, mir, lir, code, built_for)
                        for schedule, (mir, lir), code in zip(
-                           plan.schedules, lower_schedules(forest, plan.schedules,
-                                                           self.representation), codes)]
+                           plan.schedules, lower_schedules(
+                               forest, plan.schedules, self.representation,
+                               plan.vector_lanes), codes)]
             lowered = time.perf_counter()
             log.info("lower to MIR and LIR: %d kernel(s) (%.2f s)", len(kernels),
                      lowered - start)

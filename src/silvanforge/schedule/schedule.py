@@ -67,6 +67,10 @@ MAX_INTERLEAVE = 64
 SHARE = "share"
 MAX_SHARE = 16384
 VECTOR_LANES = 16  # rows a vector walk takes at once (16 float32 lanes of AVX-512)
+# Rows a vector walk takes where vectors are 256 bits (AVX2 without AVX-512): one register
+# a walk (docs/ARCHITECTURE.md "Eight lanes on AVX2"). A vectorized tile stays a multiple
+# of VECTOR_LANES rows whatever the CPU, so one schedule serves both.
+AVX2_VECTOR_LANES = 8
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 # Directive name -> attribute it sets on a loop; "flag" attributes take no argument.
