@@ -218,6 +218,32 @@ def test_the_row_copy_transposes_square_blocks_of_features_in_registers(cpu, n_f
                                           expected[:n], err_msg=f"{n} rows {X.dtype}")
 
 
+@pytest.mark.parametrize("cpu", [None, "x86-64-v3"])
+def test_the_row_copy_fills_only_the_groups_a_last_block_walks(cpu):
+    # The default block (128 rows, eight walks of 16, on AVX-512; 64 rows, eight walks
+    # of 8, for x86-64-v3, whose CPU this test's must run): the copy's group loop stops
+    # at the groups that walk (all when more than half have rows, else the first half,
+    # ...), and every call size around the halves is exact, float32 and float64 rows.
+    if cpu and not Target.named(cpu).runs_on(Target.host()):
+        pytest.skip("needs a CPU that runs x86-64-v3 code (AVX2)")
+    forest = complete_forest([8, 8, 5], n_features=20, seed=4)
+    predictor = silvanforge.compile(forest, cpu=cpu, representation="array",
+                                    precision="float32")
+    lanes = predictor.plan.vector_lanes
+    block = int(str(predictor.plan.schedule).split(",")[3].split(")")[0])
+    groups = block // lanes
+    bound = f"((n_rows - b0) > {groups // 2 * lanes}) ? {groups} :"
+    assert bound in predictor.dump("lir")
+    rows = random_rows(forest, 20, 3 * block).astype(np.float32)
+    expected = reference.predict(forest, rows, output="margin")
+    sizes = {1, lanes - 1, lanes, lanes + 1, 2 * lanes + 1, block // 2, block // 2 + 1,
+             block - 1, block, block + 1, block + lanes + 1, 3 * block}
+    for n in sorted(sizes):
+        for X in (rows[:n], rows[:n].astype(np.float64)):
+            np.testing.assert_array_equal(predictor.predict(X, output="margin"),
+                                          expected[:n], err_msg=f"{n} rows {X.dtype}")
+
+
 def test_float64_rows_round_in_the_row_copy_as_numpy_rounds_them(monkeypatch):
     # Values at the float32 thresholds and half a float32 step either side (ties, which
     # round to even), a hair either side, and values numpy's astype makes infinities,
@@ -420,9 +446,14 @@ def test_rows_of_a_page_or_more_are_copied_whatever_their_levels():
     assert "cache(b0)" not in str(vector_schedule(complete_forest([4, 4], n_features=1023)))
     wide64 = complete_forest([4, 4], n_features=512, input_dtype=np.float64)
     assert "cache(b0)" in str(vector_schedule(wide64))
+    # Blocks of 128 rows on AVX-512, 64 on AVX2 (eight walks in turn either way).
+    narrow = complete_forest([4] * 10, n_features=28)  # its rows copied
+    assert "tile(batch, b0, b1, 128)" in str(vector_schedule(narrow))
+    assert "tile(batch, b0, b1, 64)" in str(REGISTRY["array"].default_schedule(
+        narrow, "float32", frozenset({"avx2", "avx", "fma"})))
     # A default copy keeps half the stack bound (the calling thread walks a block too):
     # 64 rows of 2048 float32 features, 512 KiB; wider rows in blocks of fewer rows
-    # (whole vectors of 16), past 8192 features read in place.
+    # (whole vectors of 16), past 8192 features read in place, 64 rows a block.
     for features, rows in [(2048, 64), (2049, 48), (4096, 32), (4097, 16), (8192, 16)]:
         text = str(vector_schedule(complete_forest([4, 4], n_features=features)))
         assert "cache(b0)" in text and f"tile(batch, b0, b1, {rows})" in text

@@ -370,6 +370,7 @@ class _Lowering:
         buf = ir.Buffer(self.fresh("rows_t"), dtype, groups * lanes * n)
         first = self.bound(op.lower)
         g, lane = ir.Var(self.fresh("group"), ir.I64), ir.Var(self.fresh("lane"), ir.I64)
+        walked = _groups_walked(ir.BinOp("sub", self.n_rows, first), groups, lanes)
 
         def at(column: ir.Expr, g: ir.Var, lane: ir.Var) -> ir.Expr:
             return ir.BinOp("add", ir.BinOp("mul", ir.BinOp("add", ir.BinOp(
@@ -379,13 +380,13 @@ class _Lowering:
             return ir.BinOp("min", ir.BinOp("add", first, ir.BinOp("add", ir.BinOp(
                 "mul", g, ir.i64(lanes)), i)), ir.BinOp("sub", self.n_rows, ir.i64(1)))
         if self.rep.lane_columns() is not None:
-            copy = ir.For(g, ir.i64(0), ir.i64(groups), ir.i64(1), [ir.For(
+            copy = ir.For(g, ir.i64(0), walked, ir.i64(1), [ir.For(
                 lane, ir.i64(0), ir.i64(lanes), ir.i64(1), self.rep.lane_column_stores(
                     self.feature_loader(row(lane, g)),
                     lambda c, v: ir.Store(buf, at(ir.i64(c), g, lane), v),
                     self.fresh("column")))])
         else:
-            copy = self._copy_rows(buf, self.rows, g, lane, groups, lanes, row, at)
+            copy = self._copy_rows(buf, self.rows, g, lane, walked, lanes, row, at)
             if self.rows.dtype == ir.F32:
                 # float64 rows are rounded in the copy (fptrunc, as numpy's astype): no
                 # converted copy of the whole call first, made by one thread for all.
@@ -395,7 +396,7 @@ class _Lowering:
                 wide, flag = self.wide_rows
                 copy = ir.If(ir.Cmp("ne", flag, ir.i64(0)), [self._copy_rows(
                     buf, wide, ir.Var(self.fresh("group"), ir.I64),
-                    ir.Var(self.fresh("lane"), ir.I64), groups, lanes, row, at)], [copy])
+                    ir.Var(self.fresh("lane"), ir.I64), walked, lanes, row, at)], [copy])
         self.transposed = (buf, first, n)
         features = self.forest.n_features
         self.next_rows = (ir.BinOp("mul", ir.BinOp("add", first, ir.i64(op.rows)),
@@ -403,8 +404,8 @@ class _Lowering:
         return [ir.LocalArray(buf), copy]
 
     def _copy_rows(self, buf: ir.Buffer, source: ir.Buffer, g: ir.Var, lane: ir.Var,
-                   groups: int, lanes: int, row: Callable, at: Callable) -> ir.Stmt:
-        """The loop over a block's ``groups`` groups ``g`` of rows copying ``source``'s
+                   groups: ir.Expr, lanes: int, row: Callable, at: Callable) -> ir.Stmt:
+        """The loop over a block's first ``groups`` groups ``g`` of rows copying ``source``'s
         features into ``buf`` (:meth:`transpose_rows`'s ``row(i, g)`` and ``at(column,
         g, lane)``), rounded to ``buf``'s type where ``source``'s is wider."""
         n = self.forest.n_features
@@ -422,7 +423,7 @@ class _Lowering:
             body.append(ir.For(lane, ir.i64(0), ir.i64(lanes), ir.i64(1), [ir.For(
                 f, ir.i64(whole), ir.i64(n), ir.i64(1), [ir.Store(buf, at(f, g, lane), value(
                     ir.BinOp("add", ir.BinOp("mul", row(lane, g), ir.i64(n)), f)))])]))
-        return ir.For(g, ir.i64(0), ir.i64(groups), ir.i64(1), body)
+        return ir.For(g, ir.i64(0), groups, ir.i64(1), body)
 
     def _transpose_block(self, buf: ir.Buffer, value: Callable[[ir.Expr, int], ir.Expr],
                          row: Callable[[ir.Expr], ir.Expr], f: ir.Var, n: int, lanes: int,
@@ -1071,3 +1072,19 @@ def scratch_shapes(fn: mir.Function, n_rows: int, n_outputs: int) -> list[tuple[
         return n_rows if d == "N" else n_outputs if d == "n_outputs" else int(d)
     return [tuple(size(d) for d in decl.dims) for decl in fn.buffers
             if decl.name != fn.result]
+
+
+def _groups_walked(rows_left: ir.Expr, groups: int, lanes: int) -> ir.Expr:
+    """The groups of ``lanes`` rows a block of ``groups`` walks when ``rows_left`` rows
+    remain from its first (:meth:`_Lowering.vector_walks`: all when more than half have
+    rows, else the first half, and so on down to the first): the ones its row copy
+    fills. A 16-row call in a 128-row block copied 128 rows, 1.12-1.31x the time of a
+    64-row block's (docs/ARCHITECTURE.md "Groups in turn")."""
+    counts = [groups]
+    while counts[-1] > 1:
+        counts.append(max(1, counts[-1] // 2))
+    walked: ir.Expr = ir.i64(1)
+    for count in reversed(counts[:-1]):
+        walked = ir.Select(ir.Cmp("gt", rows_left, ir.i64(count // 2 * lanes)),
+                           ir.i64(count), walked)
+    return walked

@@ -32,7 +32,7 @@ from ..lir import ir
 from ..lir.lower import MAX_IN_PLACE_FEATURES, MAX_ROW_COPY_BYTES
 from ..model.forest import Forest
 from ..schedule import Schedule, named
-from ..schedule.library import VECTOR_BLOCK
+from ..schedule.library import AVX512_VECTOR_BLOCK, VECTOR_BLOCK
 from ..schedule.schedule import VECTOR_LANES
 from .mask import MaskRepresentation, vector_ready
 from . import decision, leaves
@@ -113,19 +113,33 @@ def copies_rows(forest: Forest) -> bool:
         or forest.row_bytes >= COPIED_ROW_BYTES)
 
 
-def copied_block(forest: Forest) -> int:
+# The most a copy of AVX512_VECTOR_BLOCK rows may take for vector_block to choose it:
+# year's 46 KB ran 0.83-0.85x the time of 64-row blocks, bosch-like's 495 KB 1.11-1.14x
+# (Zen 5; docs/ARCHITECTURE.md "Groups in turn").
+AVX512_BLOCK_COPY_BYTES = 64 << 10
+
+
+def copied_block(forest: Forest, rows: int = VECTOR_BLOCK) -> int:
     """The rows of a vector walks' block whose copy fits :data:`DEFAULT_COPY_BYTES`:
-    :data:`~silvanforge.schedule.library.VECTOR_BLOCK`, else fewer for wide rows (whole
-    vectors of 16), 0 where not even one vector's rows fit."""
+    ``rows``, else fewer for wide rows (whole vectors of 16), 0 where not even one
+    vector's rows fit."""
     fit = DEFAULT_COPY_BYTES // max(forest.row_bytes, 1) // VECTOR_LANES * VECTOR_LANES
-    return min(VECTOR_BLOCK, fit)
+    return min(rows, fit)
 
 
-def vector_block(forest: Forest) -> int:
-    """The rows of a block of the vector walks' default schedule: :func:`copied_block`
-    where it copies them (:func:`copies_rows`), else
+def vector_block(forest: Forest, cpu_features: frozenset[str] = frozenset()) -> int:
+    """The rows of a block of the vector walks' default schedule on a CPU of
+    ``cpu_features``, where it copies them (:func:`copies_rows`):
+    :data:`~silvanforge.schedule.library.AVX512_VECTOR_BLOCK` with AVX-512 where that
+    block's copy takes at most :data:`AVX512_BLOCK_COPY_BYTES`, else
+    :data:`~silvanforge.schedule.library.VECTOR_BLOCK`, fewer where a block's copy
+    would not fit (:func:`copied_block`); rows read in place take
     :data:`~silvanforge.schedule.library.VECTOR_BLOCK`."""
-    return copied_block(forest) if copies_rows(forest) else VECTOR_BLOCK
+    if not copies_rows(forest):
+        return VECTOR_BLOCK
+    wide = "avx512f" in cpu_features and \
+        AVX512_VECTOR_BLOCK * forest.row_bytes <= AVX512_BLOCK_COPY_BYTES
+    return copied_block(forest, AVX512_VECTOR_BLOCK if wide else VECTOR_BLOCK)
 
 
 def level_positions(forest: Forest) -> np.ndarray:
@@ -252,7 +266,7 @@ class ArrayRepresentation(LevelOrderRepresentation, ConsecutiveTrees):
     def default_schedule(cls, forest: Forest, precision: str,
                          cpu_features: frozenset[str]) -> Schedule:
         if vectorizes(forest, precision, cpu_features):
-            return named("vector", forest.n_trees, rows=vector_block(forest),
+            return named("vector", forest.n_trees, rows=vector_block(forest, cpu_features),
                          cache=copies_rows(forest))
         return super().default_schedule(forest, precision, cpu_features)
 

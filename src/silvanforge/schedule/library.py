@@ -60,9 +60,13 @@ def _default(n_trees: int) -> str:
 
 
 # Rows a block of the ``vector`` schedule: four vector walks of 16 rows through a tree
-# in turn; 64 is the most walks interleave takes and serves 2 threads from 128 rows
-# (docs/SCHEDULES.md, "Named schedules").
+# in turn (eight of 8 rows on AVX2), 2 threads from 128 rows (docs/SCHEDULES.md,
+# "Named schedules").
 VECTOR_BLOCK = 64
+# The array layout's block on AVX-512: eight walks of 16 rows in turn, not four (more
+# loads in flight: 0.84-0.91x the time on higgs and year from 128 rows, Zen 5;
+# docs/ARCHITECTURE.md "Groups in turn"). AVX2 keeps 64: its eight walks of 8 rows.
+AVX512_VECTOR_BLOCK = 128
 
 
 def _vector(n_trees: int, rows: int = VECTOR_BLOCK, cache: bool = True) -> str:

@@ -61,6 +61,9 @@ from ..errors import ScheduleError
 BATCH, TREE = "batch", "tree"
 GPU_DIMENSIONS = ("grid.x", "grid.y", "grid.z", "block.x", "block.y", "block.z")
 MAX_INTERLEAVE = 64
+# Rows a vectorized tile may hold: eight vector walks of 16 rows in turn (AVX-512's
+# default block, docs/ARCHITECTURE.md "Groups in turn").
+MAX_VECTOR_TILE = 128
 # ``tile(batch, b0, b1, share)``: blocks of a thread's share of the rows (MIR symbol S).
 # Capped, so that a huge call on one thread still reuses its rows and sums from cache
 # between tiles of trees (docs/ARCHITECTURE.md "Row blocks").
@@ -489,10 +492,10 @@ class Schedule:
             self._innermost(var)
             trip = self.max_trip(var)
             if kind != BATCH or trip is None or trip % VECTOR_LANES \
-                    or self.vars[var].rule != "tile_inner" or trip > MAX_INTERLEAVE:
+                    or self.vars[var].rule != "tile_inner" or trip > MAX_VECTOR_TILE:
                 raise self._error(
                     f"vectorize takes the inner loop of a tiled batch loop whose tile is a "
-                    f"multiple of {VECTOR_LANES} rows (at most {MAX_INTERLEAVE}); {var!r} "
+                    f"multiple of {VECTOR_LANES} rows (at most {MAX_VECTOR_TILE}); {var!r} "
                     "is not")
             self._set(var, "interleave", self._current)
             self._set(var, "vectorize")
@@ -519,9 +522,12 @@ class Schedule:
                 return  # checked again when lowered, with T
             raise self._error(f"{var!r} has a run-time trip count; interleave needs a "
                               "compile-time one (tile the loop and interleave the inner)")
-        if trip > MAX_INTERLEAVE:
+        # A vectorized loop's walks are its vectors: it may hold more rows (checked
+        # where vectorize is applied).
+        most = MAX_VECTOR_TILE if self.attrs[var].get("vectorize") else MAX_INTERLEAVE
+        if trip > most:
             raise self._error(f"{var!r} runs up to {trip} iterations; interleave takes at "
-                              f"most {MAX_INTERLEAVE}")
+                              f"most {most}")
 
     def _valued(self, op: str, v: Any, value: Any) -> None:
         var = self._live(v)
