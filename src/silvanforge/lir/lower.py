@@ -405,9 +405,9 @@ class _Lowering:
 
     def _copy_rows(self, buf: ir.Buffer, source: ir.Buffer, g: ir.Var, lane: ir.Var,
                    groups: ir.Expr, lanes: int, row: Callable, at: Callable) -> ir.Stmt:
-        """The loop over a block's first ``groups`` groups ``g`` of rows copying ``source``'s
-        features into ``buf`` (:meth:`transpose_rows`'s ``row(i, g)`` and ``at(column,
-        g, lane)``), rounded to ``buf``'s type where ``source``'s is wider."""
+        """The loop over a block's first ``groups`` groups ``g`` of rows copying
+        ``source``'s features into ``buf`` (:meth:`transpose_rows`'s ``row(i, g)`` and
+        ``at(column, g, lane)``), rounded to ``buf``'s type where ``source``'s is wider."""
         n = self.forest.n_features
 
         def value(index: ir.Expr, count: int = 0) -> ir.Expr:
@@ -1079,7 +1079,7 @@ def _groups_walked(rows_left: ir.Expr, groups: int, lanes: int) -> ir.Expr:
     remain from its first (:meth:`_Lowering.vector_walks`: all when more than half have
     rows, else the first half, and so on down to the first): the ones its row copy
     fills. A 16-row call in a 128-row block copied 128 rows, 1.12-1.31x the time of a
-    64-row block's (docs/ARCHITECTURE.md "Groups in turn")."""
+    64-row block's (docs/ARCHITECTURE.md "The last block")."""
     counts = [groups]
     while counts[-1] > 1:
         counts.append(max(1, counts[-1] // 2))

@@ -115,7 +115,7 @@ def copies_rows(forest: Forest) -> bool:
 
 # The most a copy of AVX512_VECTOR_BLOCK rows may take for vector_block to choose it:
 # year's 46 KB ran 0.83-0.85x the time of 64-row blocks, bosch-like's 495 KB 1.11-1.14x
-# (Zen 5; docs/ARCHITECTURE.md "Groups in turn").
+# (Zen 5; docs/ARCHITECTURE.md "Eight groups on AVX-512").
 AVX512_BLOCK_COPY_BYTES = 64 << 10
 
 

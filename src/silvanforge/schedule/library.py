@@ -65,7 +65,7 @@ def _default(n_trees: int) -> str:
 VECTOR_BLOCK = 64
 # The array layout's block on AVX-512: eight walks of 16 rows in turn, not four (more
 # loads in flight: 0.84-0.91x the time on higgs and year from 128 rows, Zen 5;
-# docs/ARCHITECTURE.md "Groups in turn"). AVX2 keeps 64: its eight walks of 8 rows.
+# docs/ARCHITECTURE.md "Eight groups on AVX-512"). AVX2 keeps 64: eight walks of 8 rows.
 AVX512_VECTOR_BLOCK = 128
 
 

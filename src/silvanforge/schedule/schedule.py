@@ -62,7 +62,7 @@ BATCH, TREE = "batch", "tree"
 GPU_DIMENSIONS = ("grid.x", "grid.y", "grid.z", "block.x", "block.y", "block.z")
 MAX_INTERLEAVE = 64
 # Rows a vectorized tile may hold: eight vector walks of 16 rows in turn (AVX-512's
-# default block, docs/ARCHITECTURE.md "Groups in turn").
+# default block, docs/ARCHITECTURE.md "Eight groups on AVX-512").
 MAX_VECTOR_TILE = 128
 # ``tile(batch, b0, b1, share)``: blocks of a thread's share of the rows (MIR symbol S).
 # Capped, so that a huge call on one thread still reuses its rows and sums from cache
