@@ -526,13 +526,13 @@ class _Lowering:
                 return stmts + [ir.Assign(x, v) for xs, vs in zip(shared, vss)
                                 for x, v in zip(xs, vs)]
 
-            count, code = len(groups), kept(code, values)
-            while count > 1:  # groups [count // 2, count) may have no rows
-                fewer = max(1, count // 2)
+            code = kept(code, values)
+            counts = _groups_in_turn(len(groups))
+            for count, fewer in zip(counts, counts[1:]):
+                # groups [count // 2, count) may have no rows
                 stmts, vss = in_turn(fewer)
                 code = [ir.If(self.cond(groups[count // 2][0][0].valid), code,
                               kept(stmts, vss))]
-                count = fewer
             code = [ir.Declare(x, ir.Broadcast(ir.Const(0, x.dtype), lanes))
                     for xs in shared for x in xs] + code
             values = shared
@@ -1074,15 +1074,27 @@ def scratch_shapes(fn: mir.Function, n_rows: int, n_outputs: int) -> list[tuple[
             if decl.name != fn.result]
 
 
-def _groups_walked(rows_left: ir.Expr, groups: int, lanes: int) -> ir.Expr:
-    """The groups of ``lanes`` rows a block of ``groups`` walks when ``rows_left`` rows
-    remain from its first (:meth:`_Lowering.vector_walks`: all when more than half have
-    rows, else the first half, and so on down to the first): the ones its row copy
-    fills. A 16-row call in a 128-row block copied 128 rows, 1.12-1.31x the time of a
-    64-row block's (docs/ARCHITECTURE.md "The last block")."""
+def _groups_in_turn(groups: int) -> list[int]:
+    """The counts of a block's first groups that walk in turn at the end of a batch
+    (:meth:`_Lowering.vector_walks`), most first: all, then half (when at most half
+    have rows), and so on down to the first alone.
+
+    >>> _groups_in_turn(8), _groups_in_turn(3)
+    ([8, 4, 2, 1], [3, 1])
+    """
     counts = [groups]
     while counts[-1] > 1:
         counts.append(max(1, counts[-1] // 2))
+    return counts
+
+
+def _groups_walked(rows_left: ir.Expr, groups: int, lanes: int) -> ir.Expr:
+    """The groups of ``lanes`` rows a block of ``groups`` walks when ``rows_left`` rows
+    remain from its first (:func:`_groups_in_turn`: all when more than half have rows,
+    else the first half, ...): the ones its row copy fills. A 16-row call in a 128-row
+    block copied 128 rows, 1.12-1.31x the time of a 64-row block's (docs/ARCHITECTURE.md
+    "The last block")."""
+    counts = _groups_in_turn(groups)
     walked: ir.Expr = ir.i64(1)
     for count in reversed(counts[:-1]):
         walked = ir.Select(ir.Cmp("gt", rows_left, ir.i64(count // 2 * lanes)),

@@ -26,6 +26,7 @@ import numpy as np
 from . import ir
 from ..model.forest import Forest
 from ..schedule import Schedule, named
+from ..schedule.schedule import VECTOR_LANES
 
 FeatureLoader = Callable[[ir.Expr], ir.Expr]
 
@@ -105,6 +106,13 @@ class Representation(ABC):
         """The schedule of a second kernel for batches of a few rows, beside the default
         one, where it pays for its compile time (None: the default kernel serves them)."""
         return named("small_batch", forest.n_trees)
+
+    @classmethod
+    def vector_lanes(cls, forest: Forest, cpu_features: frozenset[str]) -> int:
+        """The rows a vector walk of this layout takes at once on a CPU with
+        ``cpu_features`` (the plan's ``vector_lanes``): 16, a register of float32 lanes
+        with AVX-512 (and LLVM's gathers elsewhere)."""
+        return VECTOR_LANES
 
     @classmethod
     def small_batch_layout(cls, forest: Forest, precision: str,

@@ -99,8 +99,8 @@ class Plan:
     per-node labels, and ``forest`` may have its trees reordered: tree ``i`` is the
     model's tree ``tree_order[i]``). ``outputs``: kernels for other outputs to build at
     once (:data:`EAGER_OUTPUTS`; others are built on first use). ``vector_lanes``: the
-    rows a vectorized schedule's walk takes at once (:data:`VECTOR_LANE_COUNTS`, by the
-    CPU's vectors: :func:`~silvanforge.plan.planner.vector_lanes`).
+    rows a vectorized schedule's walk takes at once (:data:`VECTOR_LANE_COUNTS`, as the
+    layout chooses for the CPU: ``vector_lanes`` of its class).
     """
 
     forest: Forest

@@ -41,7 +41,6 @@ from ..model.forest import Forest
 from ..representations import REGISTRY
 from ..schedule import Schedule, named
 from ..schedule.library import GPU_SCHEDULES, LIBRARY
-from ..schedule.schedule import AVX2_VECTOR_LANES, VECTOR_LANES
 from . import cache, gpu_template
 from .configuration import Configuration
 from .layout import plan_layout
@@ -79,30 +78,12 @@ def rows_per_thread(forest: Forest) -> int:
     return max(MIN_ROWS_PER_THREAD, -(-walks // max(1, forest.n_trees)))
 
 
-# The depth from which AVX2 vector walks of the array layout take 8 lanes (vector_lanes).
-EIGHT_LANES_DEPTH = 8
-
-
 def cpu_target(cpu: str = "native", triple: str | None = None) -> Target:
     """The CPU code is built for: "native" (this machine) or an LLVM CPU name, of
     ``triple`` (default: this machine's; another one is for an exported library)."""
     if not isinstance(cpu, str):
         raise InputError(f"cpu must be an LLVM CPU name or 'native', not {cpu!r}")
     return Target.named(cpu, triple)
-
-
-def vector_lanes(target: Target, representation: str, forest: Forest) -> int:
-    """The rows a vector walk of ``forest`` laid out as ``representation`` takes at once
-    on ``target``: 16 (a register of float32 lanes on AVX-512), but 8, one AVX2
-    register, for the ``array`` layout of trees of depth :data:`EIGHT_LANES_DEPTH` or
-    more where vectors are 256 bits. There 16 lanes as two registers left a block's
-    four walks spilling, and eight walks of one register took 0.85-0.90x the time on
-    higgs, year and their like; shallower trees and masks ran as fast or faster with
-    16 (docs/ARCHITECTURE.md "Eight lanes on AVX2"). A target without x86 vectors
-    keeps 16 (LLVM's gathers)."""
-    deep = forest.n_trees > 0 and int(forest.tree_depths.max()) >= EIGHT_LANES_DEPTH
-    return AVX2_VECTOR_LANES if (target.vector_bits() == 256 and representation == "array"
-                                 and deep) else VECTOR_LANES
 
 
 def choose_precision(forest: Forest, precision: str | None) -> str:
@@ -217,8 +198,7 @@ def make_plan(forest: Forest, target: str = "cpu", schedule: Any = None,
                  "profile": profile}
         return make_plan(forest, target, cpu=cpu, outputs=outputs, triple=triple,
                          **tuned_options(forest, schedule, given, cpu))
-    built_for = cpu_target(cpu, triple)
-    features = frozenset(built_for.enabled())
+    features = frozenset(cpu_target(cpu, triple).enabled())
     jobs = default_jobs() if n_jobs is None else checked_jobs(n_jobs)
     layout = plan_layout(forest, tile_size, tiling, profile)
     forest = layout.forest
@@ -250,7 +230,7 @@ def make_plan(forest: Forest, target: str = "cpu", schedule: Any = None,
                 sized_threads=schedule is None, rows_per_thread=rows_per_thread(forest),
                 tile_size=layout.tile_size, tiling=layout.tiling,
                 node_tile=layout.node_tile, tree_order=layout.tree_order, outputs=outputs,
-                vector_lanes=vector_lanes(built_for, rep, forest))
+                vector_lanes=REGISTRY[rep].vector_lanes(forest, features))
 
 
 def _gpu_plan(forest: Forest, target: str, schedule: Any, representation: str | None,

@@ -33,7 +33,7 @@ from ..lir.lower import MAX_IN_PLACE_FEATURES, MAX_ROW_COPY_BYTES
 from ..model.forest import Forest
 from ..schedule import Schedule, named
 from ..schedule.library import AVX512_VECTOR_BLOCK, VECTOR_BLOCK
-from ..schedule.schedule import VECTOR_LANES
+from ..schedule.schedule import AVX2_VECTOR_LANES, VECTOR_LANES
 from .mask import MaskRepresentation, vector_ready
 from . import decision, leaves
 from .base import REGISTRY, FeatureLoader, register
@@ -113,6 +113,8 @@ def copies_rows(forest: Forest) -> bool:
         or forest.row_bytes >= COPIED_ROW_BYTES)
 
 
+# The depth from which AVX2 vector walks take 8 lanes (ArrayRepresentation.vector_lanes).
+EIGHT_LANES_DEPTH = 8
 # The most a copy of AVX512_VECTOR_BLOCK rows may take for vector_block to choose it:
 # year's 46 KB ran 0.83-0.85x the time of 64-row blocks, bosch-like's 495 KB 1.11-1.14x
 # (Zen 5; docs/ARCHITECTURE.md "Eight groups on AVX-512").
@@ -261,6 +263,17 @@ class ArrayRepresentation(LevelOrderRepresentation, ConsecutiveTrees):
         code = REGISTRY["code"].suits(forest, precision, cpu_features) \
             and forest.n_internal <= SPARSE_CODE_SPLITS
         return "code" if code else "sparse", SPARSE_CODE_ROWS
+
+    @classmethod
+    def vector_lanes(cls, forest: Forest, cpu_features: frozenset[str]) -> int:
+        """16, but 8 (one AVX2 register) for trees of depth :data:`EIGHT_LANES_DEPTH` or
+        more on a CPU with AVX2 and without AVX-512. There 16 lanes as two registers
+        left a block's four walks spilling, and eight walks of one register took
+        0.85-0.90x the time on higgs, year and their like; shallower trees ran as fast
+        or faster with 16 (docs/ARCHITECTURE.md "Eight lanes on AVX2")."""
+        avx2_only = "avx2" in cpu_features and "avx512f" not in cpu_features
+        deep = forest.n_trees > 0 and int(forest.tree_depths.max()) >= EIGHT_LANES_DEPTH
+        return AVX2_VECTOR_LANES if avx2_only and deep else VECTOR_LANES
 
     @classmethod
     def default_schedule(cls, forest: Forest, precision: str,

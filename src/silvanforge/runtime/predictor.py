@@ -57,7 +57,7 @@ from ..model.inputs import as_rows
 from ..model.sparse import blockwise
 from ..plan import Plan
 from ..plan.plan import MAX_JOBS, checked_jobs
-from ..plan.planner import SMALL_BATCH, cpu_target, rows_per_thread, vector_lanes
+from ..plan.planner import SMALL_BATCH, cpu_target, rows_per_thread
 from ..reference import check_output
 from ..representations import REGISTRY
 from ..representations.pair import lower_schedules
@@ -174,8 +174,8 @@ class Predictor(ForestShape):
         if mismatch:
             warnings.warn(f"recompiling for this CPU: the saved code {mismatch}",
                           stacklevel=3)
-            plan = replace(plan, cpu="native", vector_lanes=vector_lanes(
-                Target.host(), plan.representation, forest))
+            plan = replace(plan, cpu="native", vector_lanes=REGISTRY[
+                plan.representation].vector_lanes(forest, frozenset(Target.host().enabled())))
             object_code, leaf_code = (), ()
         self.plan = plan
         if len(object_code) < len(plan.schedules):  # a build: its workers start meanwhile
