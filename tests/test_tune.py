@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import warnings
 
 import numpy as np
@@ -327,6 +328,22 @@ def test_vector_walks_are_shortlisted_for_array_forests_and_exact(xgb_model):
         np.testing.assert_array_equal(predictor.predict(X, output="margin"),
                                       silvanforge.reference.predict(forest, X,
                                                                     output="margin"))
+
+
+def test_vector_walks_are_shortlisted_in_the_default_plans_block(xgb_model):
+    # Candidates are built for this machine: the vector point takes the block the
+    # default plan takes here (128 rows on AVX-512, 64 on AVX2), and the space has both.
+    model, _ = xgb_model
+    forest = silvanforge.load(model)
+    plan = silvanforge.compile(model, n_jobs=1).plan
+    if not plan.schedules[0].vectorized:
+        pytest.skip(f"no vector walks by default on this CPU ({plan.cpu})")
+    block = int(re.search(r"tile\(batch, b0, b1, (\d+)\)", str(plan.schedules[0])).group(1))
+    vector = [p for p in heuristic.shortlist(forest, 1024, n_jobs=1)
+              if p["order"] == "row_vectors" and p["representation"] == "array"]
+    assert [p["block"] for p in vector] == [block]
+    blocks = next(a for a in space.ORDERS["row_vectors"] if a.name == "block").values
+    assert {64, 128} <= set(blocks)
 
 
 def test_vector_walks_of_wide_rows_are_shortlisted_in_compiles_copied_blocks():

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from ..backends.cpu import Target
 from ..model.forest import Forest
 from ..plan.planner import MIN_ROWS_PER_THREAD, SMALL_BATCH
 from ..representations.array import copies_rows, vector_block
@@ -141,11 +142,13 @@ def shortlist(forest: Forest, batch: int, n_jobs: int) -> list[dict[str, Any]]:
     if batch > SMALL_BATCH:
         # Vector walks (compile's default on AVX-512 for such forests), last: the
         # leaders' refinements below are for the scalar orders' axes. Layouts whose
-        # walks read prepared rows (mask) always cache the block; copied rows too wide
-        # for 64 rows on the stack take compile's smaller blocks.
+        # walks read prepared rows (mask) always cache the block; the others take
+        # compile's block on this machine's CPU (candidates are built for it): 128
+        # rows on AVX-512, fewer for copied rows too wide for the stack.
+        features = frozenset(Target.host().enabled())
         out += [{"order": "row_vectors",
                  "block": VECTOR_BLOCK if REGISTRY[rep].prepares_rows
-                 else vector_block(forest),
+                 else vector_block(forest, features),
                  "cache": REGISTRY[rep].prepares_rows or copies_rows(forest),
                  "threads": threads_for(batch, n_jobs), "representation": rep}
                 for rep in dict.fromkeys(p["representation"] for p in out)

@@ -47,13 +47,12 @@ The loop orders (T trees, B rows per block, k trees per tile, c = threads chunks
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
 from typing import Any
 
 from ..plan.configuration import DEFAULT_ORDER, Axis
 from ..representations import REGISTRY
 from ..representations.tiled import TILED
-from ..schedule.library import SMALL_TREE_TILE
+from ..schedule.library import AVX512_VECTOR_BLOCK, SMALL_TREE_TILE
 from ..schedule.schedule import SHARE
 
 
@@ -72,7 +71,8 @@ ORDERS: dict[str, tuple[Axis, ...]] = {
                     Axis("walk", WALKS)),
     "unrolled_trees": (Axis("block", (16, 32)),),
     "tiled_code": (Axis("block", (64, 1024, 2048, SHARE)), Axis("tree_tile", (25, 34))),
-    "row_vectors": (Axis("block", (32, 64)), Axis("cache", (False, True))),
+    "row_vectors": (Axis("block", (32, 64, AVX512_VECTOR_BLOCK)),
+                    Axis("cache", (False, True))),
 }
 CODE_ORDERS = ("unrolled_trees", "tiled_code")
 # Orders whose walks only the layouts with vector walks take, untiled.
