@@ -10,7 +10,7 @@ import pytest
 
 import silvanforge
 from silvanforge import cli, load, progress, reference
-from silvanforge.backends.cpu import build, jit
+from silvanforge.backends.cpu import build
 
 xgb = pytest.importorskip("xgboost", reason="xgboost is part of the dev extra")
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections import OrderedDict
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
