@@ -209,9 +209,10 @@ def test_the_row_copy_transposes_square_blocks_of_features_in_registers(cpu, n_f
     lanes = predictor.plan.vector_lanes
     assert lanes == (8 if cpu or Target.host().vector_bits() == 256 else 16)
     # lanes x lanes blocks of log2(lanes) steps of `lanes` shuffles, once for float32
-    # rows, once for float64.
+    # rows, once for float64 (the copy comes before the tree loop and its cold twin).
     steps = lanes.bit_length() - 1
     assert lir.count("shuffle(") == (2 * steps * lanes if n_features >= lanes else 0)
+    assert lir.count("cold {") == 1
     for n in (1, 15, 16, 64, 65, 150):
         for X in (rows[:n], rows[:n].astype(np.float64)):
             np.testing.assert_array_equal(predictor.predict(X, output="margin"),

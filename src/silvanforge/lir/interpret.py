@@ -415,6 +415,7 @@ _EXEC: dict[type, Callable[[Any, _Env], None]] = {
     ir.While: _while,
     ir.If: _if,
     ir.Switch: _switch,
+    ir.Cold: lambda s, env: _block(s.body, env),
     ir.BranchTree: _branch_tree,
     ir.Barrier: _barrier,
 }

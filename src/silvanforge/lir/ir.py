@@ -353,6 +353,17 @@ class If(Stmt):
 
 
 @dataclass
+class Cold(Stmt):
+    """Run ``body`` (a scope of its own): code that seldom runs, which a CPU backend
+    builds as a function of its own where the block can be one (it assigns nothing
+    declared outside it; its results leave through buffers), so that LLVM builds it
+    apart from the hot code, in parallel with it. The last block of a vector walk's
+    batch walks fewer groups this way (docs/ARCHITECTURE.md "The last block")."""
+
+    body: list[Stmt] = field(default_factory=list)
+
+
+@dataclass
 class Switch(Stmt):
     """Run block ``cases[value]`` (``value`` an integer), each case a scope of its own;
     nothing when ``value`` is outside ``[0, len(cases))``. A CPU backend jumps through a

@@ -123,6 +123,12 @@ class _Lowering:
     sums: "_LaneSums | None" = None
     # The value of MIR's S (a thread's share of the rows), declared by lower() when used.
     share: ir.Var = field(default_factory=lambda: ir.Var("share", ir.I64))
+    # Vector walks whose block may lack rows split the loop being lowered around them:
+    # where more than half the block's groups have rows (``split``, set by
+    # vector_walks) all walk, the hot loop; the others, a batch's last block, walk
+    # fewer (``fewer``: the loop being lowered is that cold one). See op().
+    split: mir.Cond | None = None
+    fewer: bool = False
 
     # ---- expressions --------------------------------------------------------------------
     def affine(self, a: mir.Affine) -> ir.Expr:
@@ -195,13 +201,32 @@ class _Lowering:
             # GPU dimensions mean nothing on a CPU: such loops run serially here, which
             # legalization has already made safe.
             ahead = self.prefetch_ahead(op, var)
+            step = ir.i64(op.step) if isinstance(op.step, int) else self.affine(op.step)
+
+            def loop_of(body: list[ir.Stmt]) -> list[ir.Stmt]:
+                return [ir.For(var, self.bound(op.lower), self.bound(op.upper), step, body,
+                               parallel=op.parallel,
+                               threads=self.n_threads if op.parallel else None)]
+            split, self.split = self.split, None
             body = ahead + (self.tree_switch(op, var) if self.switches_on(op)
                             else self.body(op.body))
+            loop = loop_of(body)
+            if self.split is not None:
+                # Vector walks whose block may lack rows: this loop walks every group
+                # where more than half have rows (the hot code), and a copy of it walks
+                # fewer, a cold block of its own (a batch's last block alone runs it;
+                # docs/ARCHITECTURE.md "The last block"); split inside the loop where
+                # the block is the loop's own iteration.
+                hot, fewer, self.fewer = self.split, self.fewer, True
+                if op.var in hot.free():
+                    loop = loop_of([ir.If(self.cond(hot), body,
+                                          [ir.Cold(self.body(op.body))])])
+                else:
+                    loop = [ir.If(self.cond(hot), loop,
+                                  [ir.Cold(loop_of(self.body(op.body)))])]
+                self.fewer = fewer
+            self.split = split
             self.sums = outer
-            step = ir.i64(op.step) if isinstance(op.step, int) else self.affine(op.step)
-            loop: list[ir.Stmt] = [ir.For(var, self.bound(op.lower), self.bound(op.upper),
-                                          step, body, parallel=op.parallel,
-                                          threads=self.n_threads if op.parallel else None)]
             return loop if sums is None else sums.start + loop + sums.flush
         if isinstance(op, mir.Guard):
             return [ir.If(self.cond(op.cond), self.body(op.body))]
@@ -235,8 +260,8 @@ class _Lowering:
         block's first, so that its copy finds them in the cache. An iteration whose
         lines would pass the rows' end prefetches nothing (a call of one block none).
         Else nothing."""
-        if self.next_rows is None or op.kind != TREE:
-            return []
+        if self.next_rows is None or op.kind != TREE or self.fewer:
+            return []  # (the walks of fewer groups: a batch's last block, none after)
         (start, count), self.next_rows = self.next_rows, None
         lower, upper = self.bound(op.lower), self.bound(op.upper)
         if not (isinstance(lower, ir.Const) and isinstance(upper, ir.Const)
@@ -515,21 +540,31 @@ class _Lowering:
             return ([s for steps in itertools.zip_longest(*(w[0] for w in walks))
                      for s in steps if s is not None] + tail, vss)
 
-        code, values = in_turn(len(groups))
-        if groups[-1][0][0].valid is not None:
-            # The values live past the branches: declared here, assigned in each (groups
-            # a path leaves out keep zeros).
+        counts = _groups_in_turn(len(groups))
+        if len(counts) == 1 or groups[-1][0][0].valid is None:
+            code, values = in_turn(len(groups))
+        elif not self.fewer:
+            # All groups walk where more than half have rows (groups [count // 2, count)
+            # may have none): the enclosing loop is split on that (see op()).
+            code, values = in_turn(len(groups))
+            self.split = self.split or groups[len(groups) // 2][0][0].valid
+        else:
+            # The first half of the groups, or fewer: the values live past the
+            # branches, declared here and assigned in each (groups a path leaves out
+            # keep zeros).
+            counts = counts[1:]
+            stmts, values = in_turn(counts[0])
             shared = [[ir.Var(self.fresh("leaf_values"), v.dtype) for v in vs]
                       for vs in values]
+            shared += [[ir.Var(self.fresh("leaf_values"), x.dtype) for x in shared[0]]
+                       for _ in groups[len(shared):]]
 
             def kept(stmts: list[ir.Stmt], vss) -> list[ir.Stmt]:
                 return stmts + [ir.Assign(x, v) for xs, vs in zip(shared, vss)
                                 for x, v in zip(xs, vs)]
 
-            code = kept(code, values)
-            counts = _groups_in_turn(len(groups))
+            code = kept(stmts, values)
             for count, fewer in zip(counts, counts[1:]):
-                # groups [count // 2, count) may have no rows
                 stmts, vss = in_turn(fewer)
                 code = [ir.If(self.cond(groups[count // 2][0][0].valid), code,
                               kept(stmts, vss))]

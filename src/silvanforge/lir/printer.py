@@ -129,6 +129,10 @@ def _stmt(s: ir.Stmt, depth: int, lines: list[str]) -> None:
             lines.append(f"{pad}}} else {{")
             _block(s.orelse, depth + 1, lines)
         lines.append(f"{pad}}}")
+    elif isinstance(s, ir.Cold):
+        lines.append(f"{pad}cold {{")
+        _block(s.body, depth + 1, lines)
+        lines.append(f"{pad}}}")
     elif isinstance(s, ir.BranchTree):
         _block(s.expand(), depth, lines)
     elif isinstance(s, ir.Switch):

@@ -24,9 +24,10 @@ STMT_EXPRS = {
     ir.Declare: ("init",), ir.Assign: ("value",), ir.Store: ("index", "value"),
     ir.AtomicAdd: ("index", "value"), ir.Prefetch: ("index",), ir.LocalArray: (),
     ir.For: ("start", "stop", "step", "threads"), ir.While: ("cond",), ir.If: ("cond",),
-    ir.Switch: ("value",),
+    ir.Switch: ("value",), ir.Cold: (),
 }
-STMT_BLOCKS = {ir.For: ("body",), ir.While: ("body",), ir.If: ("then", "orelse")}
+STMT_BLOCKS = {ir.For: ("body",), ir.While: ("body",), ir.If: ("then", "orelse"),
+               ir.Cold: ("body",)}
 # Attributes that hold a list of blocks.
 STMT_BLOCK_LISTS = {ir.Switch: ("cases",)}
 

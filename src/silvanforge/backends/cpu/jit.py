@@ -252,6 +252,10 @@ class _Pieces:
         self.submitted = 0  # instructions sent to the parallel build
 
     def __call__(self, module: ll.Module, fn: ll.Function) -> None:
+        if fn.cold:  # a module of its own at once, whatever its size: the hot code's
+            # build need not wait for it (the last block's walks of fewer groups)
+            self._send(module, [fn])
+            return
         self.batch.append(fn)
         self.instructions += fn.instructions
         first = FIRST_MODULE_FRACTION if not self.job.jobs else 1
@@ -270,16 +274,19 @@ class _Pieces:
             self._send(module)
             self.batch, self.instructions = rest, sum(f.instructions for f in rest)
 
-    def _send(self, module: ll.Module) -> None:
-        if any(f.loops for f in self.batch):
+    def _send(self, module: ll.Module, apart: list[ll.Function] | None = None) -> None:
+        """Submit the batch, or the functions ``apart`` (the batch stays)."""
+        fns = self.batch if apart is None else apart
+        if any(f.loops for f in fns):
             passes = None
-        elif any(f.combine for f in self.batch):
+        elif any(f.combine for f in fns):
             passes = build.STRAIGHT_PASSES
         else:
             passes = build.PLAIN_PASSES
-        self.job.submit(module.detach(self.batch), passes, self.level)
-        self.submitted += self.instructions
-        self.batch, self.instructions = [], 0
+        self.job.submit(module.detach(fns), passes, self.level)
+        self.submitted += sum(f.instructions for f in fns)
+        if apart is None:
+            self.batch, self.instructions = [], 0
 
 
 class CompiledKernel:

@@ -255,7 +255,7 @@ class Function(Value):
     """A function of a module: a declaration until a block is appended."""
 
     __slots__ = ("module", "name", "ftype", "args", "blocks", "linkage", "attributes",
-                 "uses", "loops", "combine", "_names", "_next")
+                 "uses", "loops", "combine", "cold", "_names", "_next")
 
     def __init__(self, module: Module, ftype: FunctionType, name: str) -> None:
         super().__init__(ftype.as_pointer(), '@"' + name + '"')
@@ -268,6 +268,7 @@ class Function(Value):
         # whether it holds code that InstCombine improves (the renderer says; trees as
         # code are rendered in the form it gives them: see llvm._s_BranchTree)
         self.combine = False
+        self.cold = False  # whether it seldom runs (the renderer's ir.Cold blocks)
         self._names: dict[str, int] = {}
         self._next = len(self.args) - 1  # temporaries follow the arguments
         module.globals[name] = self
@@ -298,7 +299,9 @@ class Function(Value):
         return self.text()
 
     def declaration(self) -> str:
-        args = ", ".join(a.text for a in self.ftype.args)
+        """Its declaration, with its parameters' attributes (a piece built in another
+        module keeps telling its callers that it captures no pointer)."""
+        args = ", ".join(" ".join([a.type.text, *a.attributes]) for a in self.args)
         return f"declare {self.ftype.return_type.text} {self.ref}({args})\n"
 
     def text(self, exported: bool = False) -> str:
@@ -402,8 +405,9 @@ class IRBuilder:
         self.block.terminated = True
 
     # memory
-    def alloca(self, type_: Type, name: str = "") -> Value:
-        return self._value(type_.as_pointer(), f"alloca {type_.text}")
+    def alloca(self, type_: Type, name: str = "", align: int = 0) -> Value:
+        at = f", align {align}" if align else ""
+        return self._value(type_.as_pointer(), f"alloca {type_.text}{at}")
 
     def load(self, ptr: Value, invariant: bool = False) -> Value:
         """``*ptr``; ``invariant``: nothing writes there while the function runs."""

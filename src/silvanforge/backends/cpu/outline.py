@@ -29,7 +29,8 @@ BUDGET = 5000
 # Statements whose meaning this module knows; a piece holding another (a backend's own)
 # stays inline.
 _KNOWN = frozenset((ir.Declare, ir.Assign, ir.Store, ir.AtomicAdd, ir.Prefetch,
-                    ir.LocalArray, ir.For, ir.While, ir.If, ir.Switch, ir.BranchTree))
+                    ir.LocalArray, ir.For, ir.While, ir.If, ir.Switch, ir.BranchTree,
+                    ir.Cold))
 
 
 @dataclass(frozen=True)

@@ -201,6 +201,11 @@ class CStyleRenderer:
             self.block(s.orelse, depth + 1, lines)
         lines.append(f"{pad}}}")
 
+    def _s_Cold(self, s: ir.Cold, pad: str, depth: int, lines: list[str]) -> None:
+        lines.append(f"{pad}{{")
+        self.block(s.body, depth + 1, lines)
+        lines.append(f"{pad}}}")
+
     def _s_BranchTree(self, s: ir.BranchTree, pad: str, depth: int,
                       lines: list[str]) -> None:
         self.block(s.expand(), depth, lines)
