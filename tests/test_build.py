@@ -499,3 +499,59 @@ def test_workers_start_before_the_lowering_and_not_for_saved_code(tmp_path):
     done = _fresh_python(script, tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "2"  # the home worker and one per extra core
+
+
+def test_a_cold_block_is_a_function_of_its_own_sent_apart(two_cores, submitted):
+    # ir.Cold: a function of its own (whatever its size), sent to the parallel build at
+    # once as a module of its own, never cut further; its pointers captured by nobody
+    # and a caller's local array noalias, which the declaration left in the caller's
+    # module says too. Local arrays sit on a cache line.
+    from silvanforge.lir import ir
+
+    x, i = ir.Buffer("x", ir.F64), ir.Var("i", ir.I64)
+    local = ir.Buffer("local", ir.F64, size=4)
+    fill = ir.For(i, ir.i64(0), ir.i64(4), ir.i64(1), [
+        ir.Store(local, i, ir.BinOp("add", ir.Load(x, i), ir.const(1.0, ir.F64)))])
+    cold = ir.Cold([ir.For(i, ir.i64(0), ir.i64(4), ir.i64(1), [
+        ir.Store(x, i, ir.BinOp("mul", ir.Load(local, i), ir.const(2.0, ir.F64)))])])
+    kernel = ir.Kernel("k", [x], [ir.LocalArray(local), fill, cold])
+    job = build.ParallelBuild(*ARGS)
+    pieces = jit._Pieces(job, (2, False))
+    module = jit.render_kernel(kernel, TARGET, pieces)
+    pieces.last(module)
+    assert len(submitted) == 1 and submitted[0][1] is None  # a loop: the whole pipeline
+    text = submitted[0][0]
+    assert text.count("define") == 1 and "k.part" in text
+    assert "noalias nocapture" in text.split("define")[1].split("\n")[0]
+    main = str(module)
+    assert 'declare void @"k.part"' in main and "noalias nocapture" in main
+    assert "alloca [4 x double], align 64" in main
+    objects = job.finish(main)
+    assert len(objects) == 2
+    # The same kernel, built by compile_kernel, runs the cold block in place.
+    values = np.arange(4.0)
+    jit.compile_kernel(kernel).function(values.ctypes.data)
+    np.testing.assert_array_equal(values, (np.arange(4.0) + 1) * 2)
+
+
+def test_a_piece_reading_vectors_stays_in_place(monkeypatch):
+    # A block over the budget is cut into functions, but never where a piece would
+    # take vectors as arguments (a call passes them through memory).
+    from silvanforge.lir import ir
+
+    monkeypatch.setattr(outline, "BUDGET", 8)
+    x = ir.Buffer("x", ir.F32)
+    v, w = ir.Var("v", ir.F32), ir.Var("w", ir.F32)
+    body = [ir.Declare(v, ir.VectorLoad(x, ir.i64(0), 8)),
+            ir.Declare(w, ir.BinOp("add", v, ir.Broadcast(ir.const(1.0, ir.F32), 8))),
+            ir.Store(x, ir.i64(0), ir.BinOp("mul", w, w)),
+            ir.Store(x, ir.i64(8), ir.BinOp("add", ir.Load(x, ir.i64(8)),
+                                            ir.const(1.0, ir.F32)))]
+    module = jit.render_kernel(ir.Kernel("k", [x], body), TARGET)
+    parts = [f for name, f in module.globals.items() if ".part" in name]
+    assert len(parts) == 1  # the last store's piece, which reads no vector
+    assert not any("<8 x float>" in str(a.type) for a in parts[0].args)
+    values = np.arange(16, dtype=np.float32)
+    jit.compile_kernel(ir.Kernel("k", [x], body)).function(values.ctypes.data)
+    np.testing.assert_array_equal(values[:8], (np.arange(8) + 1.0) ** 2)
+    assert values[8] == 9.0

@@ -203,3 +203,17 @@ def test_a_switch_runs_its_case_or_nothing():
         result = np.full(1, -1, dtype=np.int64)
         interpret.run(kernel, {"out": result, "x": value})
         assert result[0] == expected
+
+
+def test_a_cold_block_runs_in_place_where_no_function_is_made():
+    # ir.Cold runs its body (a scope of its own) in the LIR interpreter and the GPU
+    # renderers; the printer shows it.
+    out = ir.Buffer("out", ir.I64)
+    x = ir.Var("x", ir.I64)
+    kernel = ir.Kernel("k", [out], [ir.Cold([ir.Declare(x, ir.i64(7)),
+                                             ir.Store(out, ir.i64(0), x)])])
+    result = np.zeros(1, dtype=np.int64)
+    interpret.run(kernel, {"out": result})
+    assert result[0] == 7
+    assert "cold {" in print_lir(kernel)
+    assert "  {\n    long long x = 7LL;\n    out[0LL] = x;\n  }" in CUDARenderer().kernel(kernel)
