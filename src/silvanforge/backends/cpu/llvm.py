@@ -286,9 +286,9 @@ class _FunctionBuilder:
         for buf, arg in zip(free.buffers, fn.args[len(free.vars):]):
             body.bind_argument(buf, arg)
             if buf.size is not None and not buf.readonly:
-                # A caller's local array: no other argument points into it (the
-                # last block's walks read the row copy past the stores of their sums,
-                # 1.12x the time on year without it).
+                # A caller's local array (the row copy the last block's walks read): no
+                # other argument points into it, so the stores of their sums leave it
+                # be (not measured apart: year ran the same with and without).
                 arg.add_attribute("noalias")
             if not captures:
                 arg.add_attribute("nocapture")
@@ -720,8 +720,9 @@ class _FunctionBuilder:
         if s.buffer.size is None or s.buffer.size <= 0:
             raise BackendError(f"local array {s.buffer.name!r} needs a positive size")
         # On a cache line: a vector walk's row copy is read by vectors of up to 64
-        # bytes, each in one line (the last block's walks, a function of their own,
-        # whose stack no AVX-512 spill aligned: 1.05-1.13x the time, year).
+        # bytes, each then in one line; at float alignment the frame decided (year
+        # 0.90x the time once aligned; docs/ARCHITECTURE.md "Local arrays on a cache
+        # line").
         array = self.allocas.alloca(ll.ArrayType(llvm_type(s.buffer.dtype), s.buffer.size),
                                     name=s.buffer.name, align=64)
         zero = ll.Constant(_I64, 0)
