@@ -517,3 +517,30 @@ def test_vectorize_needs_the_array_layout_at_float32():
     with pytest.raises(ScheduleError, match="array"):
         silvanforge.compile(forest, schedule=schedule(16, True), representation="sparse",
                             precision="float32")
+
+
+def test_vector_walk_tables_put_each_levels_window_on_a_cache_line():
+    # Trees of one size, each from slot 1 modulo 16, in tables that start on 64 bytes:
+    # every level's window from level 4 on starts a cache line. Scalar layouts keep
+    # their trees back to back; the kernels' buffers (pickled predictors too) start on
+    # a line.
+    import pickle
+
+    from silvanforge.runtime.base import build_representation
+
+    forest = complete_forest([8, 5, 8], n_features=12, seed=9)
+    rows = random_rows(forest, 12, 90).astype(np.float32)
+    predictor = silvanforge.compile(forest, representation="array", precision="float32",
+                                    schedule=schedule(64, True))
+    tables = build_representation(predictor.plan).buffers
+    starts = tables["model_tree_start"]
+    assert list(starts % 16) == [1, 1, 1] and list(np.diff(starts)) == [512, 512]
+    assert all(a.ctypes.data % 64 == 0 for a in tables.values())
+    scalar = silvanforge.compile(forest, representation="array", precision="float32",
+                                 schedule="default")
+    assert list(build_representation(scalar.plan).buffers["model_tree_start"]) == \
+        [0, 511, 574]
+    expected = reference.predict(forest, rows, output="margin")
+    for p in (predictor, pickle.loads(pickle.dumps(predictor)), scalar):
+        np.testing.assert_array_equal(p.predict(rows, output="margin"), expected)
+        assert all(address % 64 == 0 for address in p._bound_arrays()[1:])

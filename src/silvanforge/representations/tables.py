@@ -26,6 +26,28 @@ PREFIX = "model_"
 INDIRECT = frozenset({"cat_bitset", "lin_feature", "lin_coeff"})
 
 
+
+# Tables start on a cache line, so that a vector walk's windows (16 four-byte slots, from
+# a tree's level 4 on in the array layout's vector form) lie in one line each
+# (docs/ARCHITECTURE.md "Local arrays on a cache line").
+TABLE_ALIGN = 64
+
+
+def on_a_line(array: np.ndarray) -> np.ndarray:
+    """``array`` (contiguous) if it starts on a :data:`TABLE_ALIGN` boundary, else a
+    copy that does.
+
+    >>> on_a_line(np.arange(5, dtype=np.int32)).ctypes.data % TABLE_ALIGN
+    0
+    """
+    if array.ctypes.data % TABLE_ALIGN == 0 or array.nbytes == 0:
+        return array
+    raw = np.empty(array.nbytes + TABLE_ALIGN, np.uint8)
+    skip = -raw.ctypes.data % TABLE_ALIGN
+    out = raw[skip:skip + array.nbytes].view(array.dtype).reshape(array.shape)
+    out[...] = array
+    return out
+
 class TableRepresentation(Representation):
     """A representation whose buffers are flat arrays, one per field (struct of arrays).
 
@@ -53,7 +75,7 @@ class TableRepresentation(Representation):
         values; the slots in all) when the arrays' rows are slots stored tree after tree
         (but the :data:`INDIRECT` ones)."""
         for field, array in arrays.items():
-            array = np.ascontiguousarray(array)
+            array = on_a_line(np.ascontiguousarray(array))
             array.flags.writeable = False
             self._types.setdefault(self.prefix + field, array.dtype)
             self._arrays[self.prefix + field] = array
