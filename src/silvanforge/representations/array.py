@@ -297,14 +297,14 @@ class ArrayRepresentation(LevelOrderRepresentation, ConsecutiveTrees):
         # Python ints: a deep tree's size must be checked before numpy could overflow.
         sizes = [2 ** (int(d) + 1) - 1 for d in depths]
         if depth:
-            # Trees of one size for vector walks, each from slot 1 modulo WINDOW_ALIGN:
-            # every level's window from level 4 on starts a cache line of the tables
-            # (host higgs 0.96x the time; docs/ARCHITECTURE.md "Local arrays on a cache
-            # line"); a slot or so a tree left unused.
-            stride = -(-sizes[0] // WINDOW_ALIGN) * WINDOW_ALIGN
+            # Vector walks: each tree from slot 1 modulo WINDOW_ALIGN, so that every
+            # level's window from level 4 on starts a cache line of the tables (host
+            # higgs 0.96x the time; docs/ARCHITECTURE.md "Local arrays on a cache
+            # line"); trees padded to one depth leave a slot or so a tree unused.
+            stride = -(-max(sizes) // WINDOW_ALIGN) * WINDOW_ALIGN
             check_padded_size(1 + stride * len(sizes), self.name)
             tree_start = 1 + stride * np.arange(len(sizes) + 1, dtype=np.int64)
-            tree_start[-1] -= stride - sizes[0]
+            tree_start[-1] = tree_start[-2] + sizes[-1]
         else:
             check_padded_size(sum(sizes), self.name)
             tree_start = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)

@@ -25,8 +25,6 @@ PREFIX = "model_"
 # not by slot: never part of one tree.
 INDIRECT = frozenset({"cat_bitset", "lin_feature", "lin_coeff"})
 
-
-
 # Tables start on a cache line, so that a vector walk's windows (16 four-byte slots, from
 # a tree's level 4 on in the array layout's vector form) lie in one line each
 # (docs/ARCHITECTURE.md "Local arrays on a cache line").
@@ -47,6 +45,7 @@ def on_a_line(array: np.ndarray) -> np.ndarray:
     out = raw[skip:skip + array.nbytes].view(array.dtype).reshape(array.shape)
     out[...] = array
     return out
+
 
 class TableRepresentation(Representation):
     """A representation whose buffers are flat arrays, one per field (struct of arrays).

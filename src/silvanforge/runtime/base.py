@@ -16,16 +16,15 @@ from ..plan import Plan
 from ..reference import shaped
 from ..representations import REGISTRY
 from ..representations.pair import LayoutPair, renamed
-from ..representations.tables import on_a_line
 from ..representations.tiled import TILED
 
 
 def model_arrays(forest: Forest, representation: Any) -> list[np.ndarray]:
     """The kernel's model arguments after the row-dependent ones, in signature order:
-    each tree's first output, then the representation's buffers (every target), each on
-    a cache line (as tables are made; one unpickled may not be)."""
+    each tree's first output, then the representation's buffers (every target; each
+    made on a cache line, :func:`~silvanforge.representations.tables.on_a_line`)."""
     return [np.ascontiguousarray(forest.tree_output, dtype=np.int32)] + [
-        on_a_line(np.ascontiguousarray(a)) for a in representation.buffers.values()]
+        np.ascontiguousarray(a) for a in representation.buffers.values()]
 
 
 def build_representation(plan: Plan) -> Any:
