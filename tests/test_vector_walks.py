@@ -357,11 +357,25 @@ def test_a_block_of_several_outputs_sums_its_rows_by_output_and_stays_exact(sche
                                       expected[:n], err_msg=f"{n} rows")
 
 
-def test_one_output_adds_its_groups_to_the_rows_in_place():
-    forest = complete_forest([6, 6])
+def test_one_output_sums_a_full_blocks_rows_and_adds_the_last_blocks_in_place():
+    # One output: the tree loop of a block whose groups walk in full adds each group's
+    # leaves to the block's sums (a local array, one vector add and no test a group),
+    # read from the result before it and written back after it; the cold copy that
+    # walks a batch's last block of fewer groups adds to the result in place (the sums'
+    # zeroing and copies cost calls of a few rows). Exact to the bit either way, with
+    # leaves of every magnitude and batches ending in each group of a block.
+    forest = complete_forest([5] * 14, n_features=4, seed=6, spread=6, base_score=0.25)
+    rows = random_rows(forest, 6, 150).astype(np.float32)
+    expected = reference.predict(forest, rows, output="margin")
     predictor = silvanforge.compile(forest, schedule=schedule(64, True),
                                     representation="array", precision="float32")
-    assert "f64 sums" not in predictor.dump("lir")
+    text = predictor.dump("lir")
+    hot, cold = text.split("cold {", 1)
+    assert "f64 sums" in hot and re.search(r"\bsums\d+\[.*\] = \(sums", hot)
+    assert "sums" not in cold.split("finish_row")[0] and "result[" in cold
+    for n in (1, 7, 16, 17, 40, 63, 64, 65, 100, 150):
+        np.testing.assert_array_equal(predictor.predict(rows[:n], output="margin"),
+                                      expected[:n], err_msg=f"{n} rows")
 
 
 def test_a_vectorized_forest_of_wide_rows_walks_them_in_place():
