@@ -114,3 +114,28 @@ def test_saved_code_of_a_kernel_with_other_parameters_is_recompiled_not_called()
         loaded = Predictor.from_bytes(_archive(members, redigest=True))
     X = np.random.default_rng(0).normal(size=(20, 3))
     np.testing.assert_allclose(loaded.predict(X), reference.predict(forest, X), rtol=1e-12)
+
+
+@pytest.mark.parametrize("schedule, in_blocks", [
+    ("tile(batch, b0, b1, 64)\nreorder(b0, tree, b1)\nparallel(b0)", True),
+    ("reorder(tree, batch)", False)])
+def test_rows_are_finished_in_their_blocks_where_a_block_walks_every_tree(schedule, in_blocks):
+    # A kernel that is one loop over blocks of rows, each walking every tree, finishes
+    # a block's rows at the end of its iteration (one parallel region a call); a loop
+    # over trees outside the rows leaves the finish a loop of its own after the walks.
+    # The values match the reference either way, batches ending inside a block.
+    forest = model("softmax", 3, {}, False, True)
+    predictor = silvanforge.compile(forest, schedule=schedule, n_jobs=2)
+    kernel = predictor.dump("lir").split("batches of up to")[0]
+    top = [line for line in kernel.splitlines() if line.startswith("  ") and
+           not line.startswith("   ") and "for" in line]
+    assert any("finish_row" in line for line in top) != in_blocks, top
+    assert ("finish_row = b0" in kernel) == in_blocks
+    rng = np.random.default_rng(7)
+    for n in (1, 63, 64, 65, 200):
+        X = rng.normal(0, 2, size=(n, 3))
+        X[::5, 2] = np.nan
+        for output in ("margin", "value"):
+            np.testing.assert_allclose(predictor.predict(X, output=output),
+                                       reference.predict(forest, X, output),
+                                       rtol=1e-12, atol=1e-15, err_msg=f"{n} rows")

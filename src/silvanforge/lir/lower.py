@@ -33,11 +33,11 @@ from ..mir import ir as mir
 from ..errors import ScheduleError
 from ..mir.legalize import check_peel
 from ..model.forest import Forest
-from ..schedule import TREE
+from ..schedule import BATCH, TREE
 from ..schedule.schedule import MAX_SHARE
 from .representation import Representation, RowValues
 from . import ir
-from .finish import epilogue
+from .finish import epilogue, finish_row
 
 # Straight-line code for at most this many steps of a walk group of known depth (32 rows
 # through a depth-8 tree take 256); longer ones loop over the steps.
@@ -1067,13 +1067,32 @@ def lower(fn: mir.Function, forest: Forest, rep: Representation,
     if uses_share(fn.body):
         body.insert(0, ir.Declare(lowering.share, share_expr(n_rows, n_threads)))
     finish = ir.Var("finish", ir.I64)
-    # Rows are finished in parallel when the kernel has threads to spare.
-    body += epilogue(forest, data_params[0], n_rows, finish,
-                     n_threads if _parallel(fn.body) else None)
+    if not _finish_in_blocks(fn, body, forest, data_params[0], n_rows, finish):
+        # Rows are finished in parallel when the kernel has threads to spare.
+        body += epilogue(forest, data_params[0], n_rows, finish,
+                         n_threads if _parallel(fn.body) else None)
     params = [rows, n_rows, *data_params, n_threads, finish,
               *(lowering.wide_rows or ()), tree_output,
               *(rep.params if model_params is None else model_params)]
     return ir.Kernel(fn.name, params, body)
+
+
+def _finish_in_blocks(fn: mir.Function, body: list[ir.Stmt], forest: Forest,
+                      result: ir.Buffer, n_rows: ir.Expr, finish: ir.Var) -> bool:
+    """Where the kernel is one loop over blocks of rows, each iteration walking every
+    tree for its rows into the result alone (nothing privatized), finish each block's
+    rows at the end of its iteration, and say so: one parallel region a call, not a
+    second for the finish, and a block's sums finished while in the cache
+    (docs/ARCHITECTURE.md "Thread counts")."""
+    top = fn.body[0] if len(fn.body) == 1 else None
+    if not (isinstance(top, mir.Loop) and top.kind == BATCH and isinstance(top.step, int)
+            and len(fn.buffers) == 1 and len(body) == 1 and isinstance(body[0], ir.For)):
+        return False
+    loop, row = body[0], ir.Var("finish_row", ir.I64)
+    stop = ir.BinOp("min", ir.BinOp("add", loop.var, ir.i64(top.step)), n_rows)
+    loop.body.append(ir.For(row, loop.var, stop, ir.i64(1),
+                            finish_row(forest, result, row, finish)))
+    return True
 
 
 def _walks(ops: tuple) -> list[mir.WalkMember | mir.Walk]:
