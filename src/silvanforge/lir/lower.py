@@ -1082,7 +1082,7 @@ def _finish_in_blocks(fn: mir.Function, body: list[ir.Stmt], forest: Forest,
     """Where the kernel is one loop over blocks of rows, each iteration walking every
     tree for its rows into the result alone (nothing privatized), finish each block's
     rows at the end of its iteration, and say so: one parallel region a call, not a
-    second for the finish, and a block's sums finished while in the cache
+    second for the finish, whose threads a PASSIVE wait policy wakes again
     (docs/ARCHITECTURE.md "Thread counts")."""
     top = fn.body[0] if len(fn.body) == 1 else None
     if not (isinstance(top, mir.Loop) and top.kind == BATCH and isinstance(top.step, int)
