@@ -55,11 +55,13 @@ KERNEL_TRANSFORMS = frozenset(_ELEMENTWISE) | {"identity", "softmax"}
 
 
 def epilogue(forest: Forest, result: ir.Buffer, n_rows: ir.Expr, finish: ir.Var,
-             threads: ir.Expr | None) -> list[ir.Stmt]:
-    """Statements finishing ``result`` (``n_rows`` x ``n_outputs`` float64 sums) in place
-    as ``finish`` says; the row loop is parallel over ``threads`` when given."""
+             threads: ir.Expr | None, first: ir.Expr | None = None) -> list[ir.Stmt]:
+    """Statements finishing rows ``first`` (default 0) to ``n_rows`` of ``result``
+    (rows x ``n_outputs`` float64 sums) in place as ``finish`` says; the row loop is
+    parallel over ``threads`` when given."""
     row = ir.Var("finish_row", ir.I64)
-    return [ir.For(row, ir.i64(0), n_rows, ir.i64(1), finish_row(forest, result, row, finish),
+    return [ir.For(row, ir.i64(0) if first is None else first, n_rows, ir.i64(1),
+                   finish_row(forest, result, row, finish),
                    parallel=threads is not None, threads=threads)]
 
 

@@ -37,7 +37,7 @@ from ..schedule import BATCH, TREE
 from ..schedule.schedule import MAX_SHARE
 from .representation import Representation, RowValues
 from . import ir
-from .finish import epilogue, finish_row
+from .finish import epilogue
 
 # Straight-line code for at most this many steps of a walk group of known depth (32 rows
 # through a depth-8 tree take 256); longer ones loop over the steps.
@@ -1088,10 +1088,9 @@ def _finish_in_blocks(fn: mir.Function, body: list[ir.Stmt], forest: Forest,
     if not (isinstance(top, mir.Loop) and top.kind == BATCH and isinstance(top.step, int)
             and len(fn.buffers) == 1 and len(body) == 1 and isinstance(body[0], ir.For)):
         return False
-    loop, row = body[0], ir.Var("finish_row", ir.I64)
+    loop = body[0]
     stop = ir.BinOp("min", ir.BinOp("add", loop.var, ir.i64(top.step)), n_rows)
-    loop.body.append(ir.For(row, loop.var, stop, ir.i64(1),
-                            finish_row(forest, result, row, finish)))
+    loop.body += epilogue(forest, result, stop, finish, None, first=loop.var)
     return True
 
 
